@@ -1,0 +1,562 @@
+//! Dispatch: the claim loop that moves committed events from PostgreSQL to Redis.
+//!
+//! Owns one tick's life: claim a batch (lease), route it, enqueue it through the sink, and record
+//! the outcomes (done / retry with backoff / failed) for the whole batch. It also owns waking up:
+//! `LISTEN outbox_event` for new rows, the earliest `available_at` for retries and expired
+//! leases, and the poll interval as a fallback. It never holds a row lock across a Redis call:
+//! the claim statement commits before the sink runs, and the lease (not a lock) protects the rows.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::routing::{RouteDecision, RouterHandle};
+use crate::sink::{Enqueue, EnqueueResult, RedisSink};
+use crate::store::{self, Claim, ClaimedEvent, DeliveryRecord, EventOutcome};
+
+/// The NOTIFY channel the insert trigger signals.
+pub const NOTIFY_CHANNEL: &str = "outbox_event";
+
+/// Batches processed at once by one dispatcher (claiming the next while the last is recorded).
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Counters of one dispatcher since it started (also exported as metrics).
+#[derive(Debug, Default)]
+pub struct DispatchStats {
+    /// Events handed to all their queues.
+    pub done: AtomicU64,
+    /// Events put back for a retry.
+    pub retried: AtomicU64,
+    /// Events dead-lettered (`failed`), including unroutable ones.
+    pub failed: AtomicU64,
+    /// Stream entries added.
+    pub enqueued: AtomicU64,
+    /// Batches claimed.
+    pub batches: AtomicU64,
+}
+
+impl DispatchStats {
+    /// The counters as JSON (for the worker heartbeat).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "done": self.done.load(Ordering::Relaxed),
+            "retried": self.retried.load(Ordering::Relaxed),
+            "failed": self.failed.load(Ordering::Relaxed),
+            "enqueued": self.enqueued.load(Ordering::Relaxed),
+            "batches": self.batches.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// What one batch came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Events claimed.
+    pub claimed: usize,
+    /// Events marked done.
+    pub done: u64,
+    /// Events put back with backoff.
+    pub retried: u64,
+    /// Events dead-lettered.
+    pub failed: u64,
+    /// Every enqueue of the batch failed at the transport level (Redis looks down).
+    pub redis_unavailable: bool,
+}
+
+/// The claim loop of one host process.
+#[derive(Clone)]
+pub struct Dispatcher {
+    pool: PgPool,
+    sink: RedisSink,
+    router: RouterHandle,
+    settings: Arc<Settings>,
+    worker_id: String,
+    wake: Arc<Notify>,
+    stats: Arc<DispatchStats>,
+}
+
+impl Dispatcher {
+    /// A dispatcher over connected PostgreSQL and Redis.
+    pub fn new(
+        pool: PgPool,
+        sink: RedisSink,
+        router: RouterHandle,
+        settings: Arc<Settings>,
+        worker_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            pool,
+            sink,
+            router,
+            settings,
+            worker_id: worker_id.into(),
+            wake: Arc::new(Notify::new()),
+            stats: Arc::default(),
+        }
+    }
+
+    /// This dispatcher's worker id (`claimed_by`).
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> Arc<DispatchStats> {
+        self.stats.clone()
+    }
+
+    /// The router handle (swap it to reload routing).
+    pub fn router(&self) -> &RouterHandle {
+        &self.router
+    }
+
+    /// Wake the loop now (what a NOTIFY does).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Claim and dispatch until nothing is due right now (`outbox drain`). Events whose retry is
+    /// scheduled later are left for later. Returns the summed report.
+    pub async fn drain(&self) -> Result<BatchReport, store::StoreError> {
+        let mut total = BatchReport::default();
+        loop {
+            let claim = store::claim_due_events(
+                &self.pool,
+                &self.worker_id,
+                self.settings.dispatch_batch_size,
+                self.settings.claim_lease,
+            )
+            .await?;
+            if claim.events.is_empty() {
+                return Ok(total);
+            }
+            let report = self.dispatch_claim(claim).await?;
+            total.claimed += report.claimed;
+            total.done += report.done;
+            total.retried += report.retried;
+            total.failed += report.failed;
+            if report.redis_unavailable {
+                total.redis_unavailable = true;
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Run until `shutdown` fires: claim, dispatch, wait for work. On shutdown stop claiming,
+    /// let in-flight batches finish within the grace period, then release what is still held.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let listener = tokio::spawn(listen_for_events(
+            self.pool.clone(),
+            self.wake.clone(),
+            shutdown.clone(),
+        ));
+        let mut in_flight: JoinSet<()> = JoinSet::new();
+        let mut failures = 0u32;
+        tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
+        while !shutdown.is_cancelled() {
+            while in_flight.len() >= BATCHES_IN_FLIGHT {
+                in_flight.join_next().await;
+            }
+            let claim = match store::claim_due_events(
+                &self.pool,
+                &self.worker_id,
+                self.settings.dispatch_batch_size,
+                self.settings.claim_lease,
+            )
+            .await
+            {
+                Ok(claim) => {
+                    failures = 0;
+                    claim
+                }
+                Err(e) => {
+                    failures += 1;
+                    let delay = retry_delay(failures);
+                    tracing::error!(error = %e, retry_in = ?delay, "cannot claim events: PostgreSQL unavailable? retrying");
+                    metrics::counter!("outbox_dispatch_errors_total", "stage" => "claim").increment(1);
+                    sleep_or_shutdown(delay, &shutdown).await;
+                    continue;
+                }
+            };
+            if claim.events.is_empty() {
+                let wait = self.idle_wait().await;
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => {}
+                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                }
+                continue;
+            }
+            let me = self.clone();
+            let stop = shutdown.clone();
+            in_flight.spawn(async move {
+                match me.dispatch_claim(claim).await {
+                    Ok(report) if report.redis_unavailable => me.wait_for_redis(&stop).await,
+                    Ok(_) => {}
+                    Err(e) => {
+                        // The rows stay leased and are claimed again after the lease; the
+                        // enqueue is idempotent, so nothing is doubled.
+                        tracing::error!(error = %e, "cannot record batch outcomes; rows will be reclaimed after the lease");
+                        metrics::counter!("outbox_dispatch_errors_total", "stage" => "record").increment(1);
+                    }
+                }
+            });
+        }
+        let grace = self.settings.shutdown_grace;
+        let finished = tokio::time::timeout(grace, async {
+            while in_flight.join_next().await.is_some() {}
+        })
+        .await;
+        if finished.is_err() {
+            in_flight.abort_all();
+            tracing::warn!(?grace, "shutdown grace period over; releasing claimed events");
+        }
+        match store::release_claims(&self.pool, &self.worker_id).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(released = n, "released claimed events for other hosts"),
+            Err(e) => tracing::warn!(error = %e, "could not release claims; they return after the lease"),
+        }
+        listener.abort();
+        tracing::info!(worker = %self.worker_id, "dispatcher stopped");
+    }
+
+    /// How long to sleep when nothing was claimable: until the next row is due (retry time or
+    /// lease end), at most the poll interval.
+    async fn idle_wait(&self) -> Duration {
+        let interval = self.settings.dispatch_interval;
+        match store::time_until_next_due(&self.pool).await {
+            // Due now but not claimable: another host holds it mid-claim. Look again shortly.
+            Ok(Some(d)) if d.is_zero() => Duration::from_millis(10).min(interval),
+            Ok(Some(d)) => (d + Duration::from_millis(5)).min(interval),
+            Ok(None) => interval,
+            Err(_) => interval,
+        }
+    }
+
+    /// After a batch found Redis down: ping with backoff before claiming more, so waiting
+    /// events do not burn attempts while Redis is away.
+    async fn wait_for_redis(&self, shutdown: &CancellationToken) {
+        let mut failures = 0;
+        loop {
+            match self.sink.ping().await {
+                Ok(()) => {
+                    if failures > 0 {
+                        tracing::info!("Redis is back; dispatching resumes");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    failures += 1;
+                    let delay = retry_delay(failures);
+                    tracing::error!(error = %e, retry_in = ?delay, "Redis unavailable; claims paused");
+                    if sleep_or_shutdown(delay, shutdown).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Route, enqueue and record one claimed batch.
+    pub async fn dispatch_claim(&self, claim: Claim) -> Result<BatchReport, store::StoreError> {
+        let started = Instant::now();
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        let recovered = claim.events.iter().filter(|e| e.recovered_lease).count();
+        if recovered > 0 {
+            tracing::warn!(recovered, "took over events whose lease expired (a host died or stalled)");
+            metrics::counter!("outbox_lease_recovered_total").increment(recovered as u64);
+        }
+        let (claim, decisions) = self.route(claim).await;
+
+        // Fan-out events retried after a partial failure: skip destinations already done.
+        let retried_ids: Vec<i64> = claim
+            .events
+            .iter()
+            .zip(&decisions)
+            .filter(|(e, d)| e.attempts > 1 && matches!(d, RouteDecision::Queues(q) if q.len() > 1))
+            .map(|(e, _)| e.id)
+            .collect();
+        let already = store::delivered_destinations(&self.pool, &retried_ids).await?;
+
+        let mut items = Vec::new();
+        for (event, decision) in claim.events.iter().zip(&decisions) {
+            if let RouteDecision::Queues(queues) = decision {
+                let done = already.get(&event.id);
+                for queue in queues {
+                    if !done.is_some_and(|d| d.contains(queue)) {
+                        items.push(Enqueue { event, queue });
+                    }
+                }
+            }
+        }
+        let results = self.sink.enqueue_all(&items).await;
+        let transport_failures = results
+            .iter()
+            .filter(|r| matches!(r, EnqueueResult::Failed(m) if m.contains(": redis: ")))
+            .count();
+        let redis_unavailable = !results.is_empty() && transport_failures == results.len();
+
+        let mut per_event: HashMap<i64, Vec<(&str, &EnqueueResult)>> = HashMap::new();
+        for (item, result) in items.iter().zip(&results) {
+            per_event
+                .entry(item.event.id)
+                .or_default()
+                .push((item.queue, result));
+        }
+        let added = results
+            .iter()
+            .filter(|r| matches!(r, EnqueueResult::Added(_)))
+            .count();
+        self.stats.enqueued.fetch_add(added as u64, Ordering::Relaxed);
+
+        let mut outcomes = Vec::with_capacity(claim.events.len());
+        let mut deliveries = Vec::new();
+        for (event, decision) in claim.events.iter().zip(&decisions) {
+            let outcome = match decision {
+                RouteDecision::NoRoute(reason) => {
+                    tracing::error!(event_id = event.id, event_type = %event.event_type, "{reason}; event failed");
+                    metrics::counter!("outbox_no_route_total").increment(1);
+                    EventOutcome::Failed {
+                        error: reason.clone(),
+                    }
+                }
+                RouteDecision::Error(error) => self.retry_or_fail(event, error.clone()),
+                RouteDecision::Queues(queues) => {
+                    let results = per_event.remove(&event.id).unwrap_or_default();
+                    if queues.len() > 1 {
+                        for (queue, result) in &results {
+                            deliveries.push(DeliveryRecord {
+                                event_id: event.id,
+                                destination: queue.to_string(),
+                                stream_id: result.stream_id().map(str::to_string),
+                                error: match result {
+                                    EnqueueResult::Failed(m) => Some(m.clone()),
+                                    _ => None,
+                                },
+                            });
+                        }
+                    }
+                    let errors: Vec<&str> = results
+                        .iter()
+                        .filter_map(|(_, r)| match r {
+                            EnqueueResult::Failed(m) => Some(m.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    if errors.is_empty() {
+                        EventOutcome::Done
+                    } else {
+                        self.retry_or_fail(event, errors.join("; "))
+                    }
+                }
+            };
+            outcomes.push((event.id, outcome));
+        }
+
+        let counts = store::record_outcomes(&self.pool, &claim, &outcomes, &deliveries).await?;
+        self.stats.done.fetch_add(counts.done, Ordering::Relaxed);
+        self.stats.retried.fetch_add(counts.retried, Ordering::Relaxed);
+        self.stats.failed.fetch_add(counts.failed, Ordering::Relaxed);
+        metrics::counter!("outbox_events_dispatched_total").increment(counts.done);
+        metrics::counter!("outbox_events_retried_total").increment(counts.retried);
+        metrics::counter!("outbox_events_failed_total").increment(counts.failed);
+        metrics::histogram!("outbox_dispatch_batch_seconds").record(started.elapsed().as_secs_f64());
+        let lost = outcomes.len() as u64 - counts.done - counts.retried - counts.failed;
+        if lost > 0 {
+            tracing::warn!(lost, "lease lost before recording; another host finishes those events");
+        }
+        Ok(BatchReport {
+            claimed: claim.events.len(),
+            done: counts.done,
+            retried: counts.retried,
+            failed: counts.failed,
+            redis_unavailable,
+        })
+    }
+
+    /// Route a claim off the async executor. A failing batch call is retried event by event so
+    /// one poisonous event cannot hold back the others.
+    async fn route(&self, mut claim: Claim) -> (Claim, Vec<RouteDecision>) {
+        let router = self.router.current();
+        let events = Arc::new(std::mem::take(&mut claim.events));
+        let shared = events.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let router: &dyn crate::routing::Router = router.as_ref().as_ref();
+            match router.route_batch(&shared) {
+                Ok(d) if d.len() == shared.len() => d,
+                Ok(d) => {
+                    let message = format!(
+                        "router {} returned {} routes for {} events",
+                        router.name(),
+                        d.len(),
+                        shared.len()
+                    );
+                    route_one_by_one(router, &shared, &message)
+                }
+                Err(e) => route_one_by_one(router, &shared, &e.to_string()),
+            }
+        })
+        .await;
+        let decisions = joined.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "router panicked");
+            vec![RouteDecision::Error(format!("router panicked: {e}")); events.len()]
+        });
+        claim.events = Arc::try_unwrap(events).unwrap_or_else(|shared| (*shared).clone());
+        (claim, decisions)
+    }
+
+    fn retry_or_fail(&self, event: &ClaimedEvent, error: String) -> EventOutcome {
+        if event.attempts > self.settings.max_retries {
+            tracing::error!(event_id = event.id, event_type = %event.event_type, attempts = event.attempts, %error, "giving up: event failed");
+            EventOutcome::Failed {
+                error: format!("gave up after {} attempts: {error}", event.attempts),
+            }
+        } else {
+            let delay = self.settings.backoff_after(event.attempts);
+            tracing::warn!(event_id = event.id, event_type = %event.event_type, attempt = event.attempts, retry_in = ?delay, %error, "dispatch failed; will retry");
+            EventOutcome::Retry { error, delay }
+        }
+    }
+}
+
+fn route_one_by_one(
+    router: &dyn crate::routing::Router,
+    events: &[ClaimedEvent],
+    batch_error: &str,
+) -> Vec<RouteDecision> {
+    tracing::warn!(router = router.name(), error = batch_error, "batch routing failed; routing events one by one");
+    events
+        .iter()
+        .map(|event| match router.route_batch(std::slice::from_ref(event)) {
+            Ok(mut d) if d.len() == 1 => match d.remove(0) {
+                RouteDecision::Queues(q) if q.is_empty() => {
+                    RouteDecision::Error(format!("router {} returned no queue", router.name()))
+                }
+                other => other,
+            },
+            Ok(d) => RouteDecision::Error(format!(
+                "router {} returned {} routes for 1 event",
+                router.name(),
+                d.len()
+            )),
+            Err(e) => RouteDecision::Error(e.to_string()),
+        })
+        .collect()
+}
+
+/// Exponential backoff for reconnects: 0.5 s doubling up to 30 s.
+pub fn retry_delay(failures: u32) -> Duration {
+    let ms = 500u64.saturating_mul(1 << failures.saturating_sub(1).min(6));
+    Duration::from_millis(ms.min(30_000))
+}
+
+/// Sleep, or return early (true) when shutdown fires.
+pub async fn sleep_or_shutdown(delay: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => false,
+        _ = shutdown.cancelled() => true,
+    }
+}
+
+/// `LISTEN outbox_event` and wake the dispatcher on every notification. Re-listens after a lost
+/// connection and wakes once then, since inserts may have happened while it was away.
+async fn listen_for_events(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
+    let mut failures = 0;
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                failures += 1;
+                let delay = retry_delay(failures);
+                tracing::warn!(error = %e, retry_in = ?delay, "cannot LISTEN for new events; polling meanwhile");
+                if sleep_or_shutdown(delay, &shutdown).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
+            failures += 1;
+            tracing::warn!(error = %e, "LISTEN {NOTIFY_CHANNEL} failed; polling meanwhile");
+            if sleep_or_shutdown(retry_delay(failures), &shutdown).await {
+                return;
+            }
+            continue;
+        }
+        if failures > 0 {
+            tracing::info!("listening for new events again");
+        }
+        failures = 0;
+        wake.notify_one();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                received = listener.recv() => match received {
+                    Ok(_) => wake.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lost the LISTEN connection; reconnecting");
+                        wake.notify_one();
+                        break;
+                    }
+                }
+            }
+        }
+        if sleep_or_shutdown(retry_delay(1), &shutdown).await {
+            return;
+        }
+    }
+}
+
+/// Connect to PostgreSQL, retrying with backoff and a clear log line until it answers or
+/// shutdown fires (`None`).
+pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken) -> Option<PgPool> {
+    let mut failures = 0;
+    loop {
+        match store::connect(&settings.database_url, 16).await {
+            Ok(pool) => return Some(pool),
+            Err(e) => {
+                failures += 1;
+                let delay = retry_delay(failures);
+                tracing::error!(error = %e, retry_in = ?delay, "PostgreSQL unavailable; retrying");
+                if sleep_or_shutdown(delay, shutdown).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Connect the Redis sink, retrying with backoff and a clear log line until Redis answers or
+/// shutdown fires (`None`).
+pub async fn connect_redis(settings: &Settings, shutdown: &CancellationToken) -> Option<RedisSink> {
+    let mut failures = 0;
+    loop {
+        match RedisSink::connect(
+            &settings.redis_url,
+            &settings.redis_prefix,
+            settings.dedupe_ttl,
+            settings.dispatch_concurrency,
+        )
+        .await
+        {
+            Ok(sink) => return Some(sink),
+            Err(e) => {
+                failures += 1;
+                let delay = retry_delay(failures);
+                tracing::error!(error = %e, retry_in = ?delay, "Redis unavailable; retrying");
+                if sleep_or_shutdown(delay, shutdown).await {
+                    return None;
+                }
+            }
+        }
+    }
+}

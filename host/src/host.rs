@@ -1,0 +1,253 @@
+//! Host: assembles one `outbox` process from the stages and runs it until shutdown.
+//!
+//! Owns start-up (connect with retry, migrate, build the router), the background tasks
+//! (dispatcher, heartbeat, retention, metrics endpoint) and orderly shutdown. An application can
+//! embed the same host in its own tokio runtime with [`Host::builder`]; the `outbox` binary is a
+//! thin layer over it. It never decides anything about single events: that is the stages' job.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::dispatch::{self, Dispatcher};
+use crate::routing::{Router, RouterHandle};
+use crate::store;
+
+/// Why a host did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// Configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// Migrations failed.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// Shutdown was requested before the host finished starting.
+    #[error("shutdown requested while starting")]
+    ShutdownDuringStart,
+}
+
+/// Builds a [`Host`]: `Host::builder().config(cfg).start().await?`.
+#[derive(Default)]
+pub struct HostBuilder {
+    config: Option<Config>,
+    pool: Option<PgPool>,
+    router: Option<RouterHandle>,
+    worker_id: Option<String>,
+    shutdown: Option<CancellationToken>,
+    dispatcher_enabled: Option<bool>,
+}
+
+impl HostBuilder {
+    /// Use this configuration (default: [`Config::from_env`]).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// Share the application's pool instead of opening one from `DATABASE_URL`.
+    pub fn pool(mut self, pool: PgPool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Route with this router instead of the one `routes.toml` names.
+    pub fn router(mut self, router: impl Router + 'static) -> Self {
+        self.router = Some(RouterHandle::new(router));
+        self
+    }
+
+    /// Route through an existing handle (to swap routers from outside).
+    pub fn router_handle(mut self, router: RouterHandle) -> Self {
+        self.router = Some(router);
+        self
+    }
+
+    /// Claim under this worker id (default: `host-pid-random`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// Stop when this token is cancelled (default: a fresh token, see [`Host::shutdown_token`]).
+    pub fn shutdown_token(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
+    }
+
+    /// Override `OUTBOX_DISPATCHER_ENABLED`.
+    pub fn dispatcher_enabled(mut self, enabled: bool) -> Self {
+        self.dispatcher_enabled = Some(enabled);
+        self
+    }
+
+    /// Connect (retrying with backoff while PostgreSQL or Redis are away), migrate, and start the
+    /// background tasks. Returns once the host is serving.
+    pub async fn start(self) -> Result<Host, HostError> {
+        let config = match self.config {
+            Some(c) => c,
+            None => Config::from_env()?,
+        };
+        let settings = Arc::new(config.settings.clone());
+        let shutdown = self.shutdown.unwrap_or_default();
+        let pool = match self.pool {
+            Some(pool) => pool,
+            None => dispatch::connect_postgres(&settings, &shutdown)
+                .await
+                .ok_or(HostError::ShutdownDuringStart)?,
+        };
+        store::migrate(&pool).await?;
+        let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
+        let router = self
+            .router
+            .unwrap_or_else(|| RouterHandle::new(config.routes.route_table()));
+        let mut tasks = JoinSet::new();
+        let mut dispatcher = None;
+        if self.dispatcher_enabled.unwrap_or(settings.dispatcher_enabled) {
+            let sink = dispatch::connect_redis(&settings, &shutdown)
+                .await
+                .ok_or(HostError::ShutdownDuringStart)?;
+            let d = Dispatcher::new(pool.clone(), sink, router.clone(), settings.clone(), &worker_id);
+            tasks.spawn(d.clone().run(shutdown.clone()));
+            tasks.spawn(heartbeat_loop(
+                pool.clone(),
+                worker_id.clone(),
+                d.stats(),
+                settings.worker_queue_group.clone(),
+                shutdown.clone(),
+            ));
+            tasks.spawn(retention_loop(pool.clone(), settings.clone(), shutdown.clone()));
+            dispatcher = Some(d);
+        }
+        if !settings.http_addr.is_empty() {
+            tasks.spawn(crate::http::serve(
+                settings.http_addr.clone(),
+                pool.clone(),
+                settings.redis_url.clone(),
+                shutdown.clone(),
+            ));
+        }
+        tracing::info!(worker = %worker_id, "outbox host started");
+        Ok(Host {
+            shutdown,
+            tasks,
+            dispatcher,
+            pool,
+            router,
+            config,
+        })
+    }
+}
+
+/// A running outbox host. Dropping it does not stop it; call [`Host::shutdown`].
+pub struct Host {
+    shutdown: CancellationToken,
+    tasks: JoinSet<()>,
+    dispatcher: Option<Dispatcher>,
+    pool: PgPool,
+    router: RouterHandle,
+    config: Config,
+}
+
+impl Host {
+    /// Start building a host.
+    pub fn builder() -> HostBuilder {
+        HostBuilder::default()
+    }
+
+    /// A token that stops the host when cancelled (e.g. from a signal handler).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The dispatcher, when enabled.
+    pub fn dispatcher(&self) -> Option<&Dispatcher> {
+        self.dispatcher.as_ref()
+    }
+
+    /// The pool the host uses.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The router handle (swap it to change routing live).
+    pub fn router(&self) -> &RouterHandle {
+        &self.router
+    }
+
+    /// The configuration the host started with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Stop claiming, let in-flight work finish within the grace period, release the rest, and
+    /// wait for every task.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        self.wait().await;
+    }
+
+    /// Wait until the host stops (its shutdown token is cancelled elsewhere).
+    pub async fn wait(mut self) {
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(e) = joined {
+                if e.is_panic() {
+                    tracing::error!(error = %e, "host task panicked");
+                }
+            }
+        }
+    }
+}
+
+/// `hostname-pid-xxxx`: unique per process, readable in `claimed_by`.
+pub fn default_worker_id() -> String {
+    let host = hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
+}
+
+async fn heartbeat_loop(
+    pool: PgPool,
+    worker_id: String,
+    stats: Arc<dispatch::DispatchStats>,
+    queue_group: Option<String>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        if let Err(e) = store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &stats.to_json()).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+        if dispatch::sleep_or_shutdown(Duration::from_secs(10), &shutdown).await {
+            return;
+        }
+    }
+}
+
+async fn retention_loop(pool: PgPool, settings: Arc<crate::config::Settings>, shutdown: CancellationToken) {
+    loop {
+        if dispatch::sleep_or_shutdown(Duration::from_secs(60), &shutdown).await {
+            return;
+        }
+        match store::purge_done_events(&pool, settings.done_retention, settings.done_retention_batch_size).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "retention: deleted old done events"),
+            Err(e) => tracing::warn!(error = %e, "retention failed"),
+        }
+        match store::status_counts(&pool).await {
+            Ok(counts) => {
+                metrics::gauge!("outbox_events_pending").set(counts.pending as f64);
+                metrics::gauge!("outbox_events_failed").set(counts.failed as f64);
+                metrics::gauge!("outbox_events_pending_older_than_60s").set(counts.pending_older_than_60s as f64);
+                if counts.pending_older_than_60s > 1000 {
+                    tracing::warn!(old_pending = counts.pending_older_than_60s, "many events pending for over 60 s: dispatch is falling behind");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "status counts failed"),
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! `outbox-host`: a transactional outbox host.
+//!
+//! Follow one event through the modules in order: [`publish`] (an application writes it in its
+//! own transaction) → [`store`] (claim with a lease) → [`dispatch`] (the claim loop) →
+//! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`ops`] (operators).
+//! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
+//! serves metrics and health.
+//!
+//! Embedding the dispatcher in an application:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = outbox_host::Host::builder()
+//!     .config(outbox_host::config::Config::from_env()?)
+//!     .start()
+//!     .await?;
+//! // ... serve the application ...
+//! host.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod dispatch;
+pub mod host;
+pub mod http;
+pub mod ops;
+pub mod publish;
+pub mod routing;
+pub mod sink;
+pub mod store;
+
+pub use host::{Host, HostBuilder, HostError};
+pub use publish::{publish, NewEvent, PublishError};

@@ -1,0 +1,248 @@
+//! The `outbox` command: parses the command line and calls the library. Nothing else lives here.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use outbox_host::config::{Config, RoutesFile};
+use outbox_host::{ops, publish, store, Host, NewEvent};
+use tokio_util::sync::CancellationToken;
+
+/// Transactional outbox host: moves committed events from PostgreSQL to Redis queues.
+#[derive(Parser)]
+#[command(name = "outbox", version, about)]
+struct Cli {
+    /// The routes file (routing table, queue groups, plugins). Default: routes.toml if present,
+    /// else the built-in table.
+    #[arg(long, global = true, env = "OUTBOX_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Run the host: dispatcher (and, with --queue-group, receivers) until SIGINT/SIGTERM.
+    Run {
+        /// Queue group to consume (also WORKER_QUEUE_GROUP).
+        #[arg(long)]
+        queue_group: Option<String>,
+    },
+    /// Dispatch everything that is due now, once, then exit (for cron or repair).
+    Drain,
+    /// Publish one event (in its own transaction).
+    Publish {
+        /// Event type, e.g. mail.welcome.
+        event_type: String,
+        /// Payload: a JSON object.
+        #[arg(long)]
+        payload: String,
+        /// Tenant id.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Idempotency key: publishing it again returns the first event's id.
+        #[arg(long)]
+        dispatch_key: Option<String>,
+        /// Headers: a JSON object.
+        #[arg(long)]
+        headers: Option<String>,
+    },
+    /// Migrate, publish a few hundred demo events, dispatch them and show what went where.
+    Demo,
+    /// Show event counts by status, failures by type and live workers.
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect the routing table.
+    Routes {
+        #[command(subcommand)]
+        command: RoutesCommand,
+    },
+    /// Print the effective settings (environment over [settings] over defaults).
+    Config,
+}
+
+#[derive(Subcommand)]
+enum RoutesCommand {
+    /// Validate a routes file (default: the configured one).
+    Check {
+        /// File to check.
+        file: Option<PathBuf>,
+    },
+    /// Show which queues an event type goes to, and by which rule.
+    Which {
+        /// Event type.
+        event_type: String,
+    },
+}
+
+fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
+    Ok(match path {
+        Some(p) => Config::load(p)?,
+        None => Config::from_env()?,
+    })
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Migrate => {
+            let config = load_config(&cli.config)?;
+            let pool = store::connect(&config.settings.database_url, 2).await?;
+            store::migrate(&pool).await?;
+            println!("migrations applied");
+        }
+        Command::Run { queue_group } => {
+            let mut config = load_config(&cli.config)?;
+            if queue_group.is_some() {
+                config.settings.worker_queue_group = queue_group;
+            }
+            let shutdown = CancellationToken::new();
+            tokio::spawn(cancel_on_signal(shutdown.clone()));
+            let host = match Host::builder().config(config).shutdown_token(shutdown).start().await {
+                Ok(host) => host,
+                Err(outbox_host::HostError::ShutdownDuringStart) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            host.wait().await;
+        }
+        Command::Drain => {
+            let config = load_config(&cli.config)?;
+            let settings = std::sync::Arc::new(config.settings.clone());
+            let pool = store::connect(&settings.database_url, 4).await?;
+            store::migrate(&pool).await?;
+            let sink = outbox_host::sink::RedisSink::connect(
+                &settings.redis_url,
+                &settings.redis_prefix,
+                settings.dedupe_ttl,
+                settings.dispatch_concurrency,
+            )
+            .await?;
+            let dispatcher = outbox_host::dispatch::Dispatcher::new(
+                pool,
+                sink,
+                outbox_host::routing::RouterHandle::new(config.routes.route_table()),
+                settings,
+                outbox_host::host::default_worker_id(),
+            );
+            let report = dispatcher.drain().await?;
+            println!(
+                "drained: {} claimed, {} done, {} retried later, {} failed",
+                report.claimed, report.done, report.retried, report.failed
+            );
+            if report.redis_unavailable {
+                anyhow::bail!("Redis became unavailable during the drain; the rest waits for a retry");
+            }
+        }
+        Command::Publish {
+            event_type,
+            payload,
+            tenant,
+            dispatch_key,
+            headers,
+        } => {
+            let config = load_config(&cli.config)?;
+            let payload: serde_json::Value = serde_json::from_str(&payload)
+                .with_context(|| format!("--payload is not valid JSON: {payload:?}"))?;
+            let mut event = NewEvent::new(event_type, payload);
+            if let Some(h) = headers {
+                event = event.with_headers(
+                    serde_json::from_str(&h)
+                        .with_context(|| format!("--headers is not valid JSON: {h:?}"))?,
+                );
+            }
+            if let Some(t) = tenant {
+                event = event.with_tenant(t);
+            }
+            if let Some(k) = dispatch_key {
+                event = event.with_dispatch_key(k);
+            }
+            // Validate before touching the database so bad input never needs a connection.
+            publish::validate(&event, config.settings.max_payload_bytes)?;
+            let pool = store::connect(&config.settings.database_url, 1).await?;
+            store::migrate(&pool).await?;
+            let mut tx = pool.begin().await?;
+            let id = publish::publish_with_limit(&mut tx, event, config.settings.max_payload_bytes).await?;
+            tx.commit().await?;
+            println!("{id}");
+        }
+        Command::Demo => ops::run_demo(load_config(&cli.config)?).await?,
+        Command::Stats { json } => {
+            let config = load_config(&cli.config)?;
+            let pool = store::connect(&config.settings.database_url, 2).await?;
+            ops::print_stats(&pool, json).await?;
+        }
+        Command::Routes { command } => match command {
+            RoutesCommand::Check { file } => {
+                let path = file.or(cli.config).unwrap_or_else(|| PathBuf::from("routes.toml"));
+                let routes = RoutesFile::load(&path)?;
+                println!(
+                    "{}: ok ({} routes, {} queue groups, {} plugins)",
+                    path.display(),
+                    routes.routes.len(),
+                    routes.queue_groups.len(),
+                    routes.plugins.len()
+                );
+            }
+            RoutesCommand::Which { event_type } => {
+                publish::validate_event_type(&event_type)?;
+                let config = load_config(&cli.config)?;
+                println!("{}", ops::explain_route(&config.routes.route_table(), &event_type));
+            }
+        },
+        Command::Config => {
+            let config = load_config(&cli.config)?;
+            println!(
+                "# routes file: {}",
+                config.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "<built-in>".into())
+            );
+            println!("{}", ops::describe_settings(&config.settings));
+        }
+    }
+    Ok(())
+}
+
+async fn cancel_on_signal(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                token.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested; finishing in-flight work");
+    token.cancel();
+}

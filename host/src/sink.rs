@@ -1,0 +1,271 @@
+//! Sink: hands routed events to Redis Streams, exactly once per (event, queue).
+//!
+//! Owns the Redis side of dispatch: the enqueue script (set-if-absent marker + `XADD`, one
+//! round trip, atomic), pipelining a batch, bounded concurrency, and reconnects. A re-claim after
+//! a crash between "enqueued" and "marked done" finds the marker and adds nothing twice. The sink
+//! never touches PostgreSQL and never decides retries: it reports per-entry results.
+
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Value;
+
+use crate::store::ClaimedEvent;
+
+/// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream; ARGV[1] = marker TTL (s),
+/// ARGV[2..] = stream field/value pairs. Returns {1, entry id} when added, {0, entry id} when the
+/// marker existed, {-1, error} when `XADD` failed (nothing written).
+const ENQUEUE_LUA: &str = r#"
+local existing = redis.call('GET', KEYS[1])
+if existing then return {0, existing} end
+local added = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))
+if type(added) == 'table' and added.err then return {-1, added.err} end
+redis.call('SET', KEYS[1], added, 'EX', ARGV[1])
+return {1, added}
+"#;
+
+/// A Redis failure with context.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct SinkError {
+    /// What the sink was doing.
+    pub context: String,
+    /// The client's error.
+    #[source]
+    pub source: redis::RedisError,
+}
+
+/// One (event, queue) hand-off to perform.
+#[derive(Debug, Clone)]
+pub struct Enqueue<'a> {
+    /// The event.
+    pub event: &'a ClaimedEvent,
+    /// The destination queue (without the Redis prefix).
+    pub queue: &'a str,
+}
+
+/// What happened to one [`Enqueue`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnqueueResult {
+    /// A new stream entry was added.
+    Added(String),
+    /// An earlier attempt already added it; this is its entry id. Nothing was written.
+    AlreadyEnqueued(String),
+    /// It failed; nothing was written.
+    Failed(String),
+}
+
+impl EnqueueResult {
+    /// The stream entry id, if the queue has the event.
+    pub fn stream_id(&self) -> Option<&str> {
+        match self {
+            EnqueueResult::Added(id) | EnqueueResult::AlreadyEnqueued(id) => Some(id),
+            EnqueueResult::Failed(_) => None,
+        }
+    }
+}
+
+/// The Redis Streams sink.
+#[derive(Clone)]
+pub struct RedisSink {
+    conn: ConnectionManager,
+    script: redis::Script,
+    prefix: String,
+    dedupe_ttl_secs: u64,
+    concurrency: usize,
+}
+
+/// How many hand-offs go into one pipeline.
+const PIPELINE_CHUNK: usize = 128;
+
+impl RedisSink {
+    /// Connect (one attempt; the dispatcher retries with backoff). Commands time out after 5 s
+    /// so a hung Redis fails a batch instead of stalling the host.
+    pub async fn connect(
+        redis_url: &str,
+        prefix: &str,
+        dedupe_ttl: Duration,
+        concurrency: usize,
+    ) -> Result<Self, SinkError> {
+        let client = redis::Client::open(redis_url).map_err(|source| SinkError {
+            context: format!("invalid REDIS_URL {redis_url:?}"),
+            source,
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_secs(2))
+            .set_response_timeout(Duration::from_secs(5))
+            .set_number_of_retries(1)
+            .set_max_delay(1000);
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|source| SinkError {
+                context: format!("connect to Redis at {}", crate::store::redact(redis_url)),
+                source,
+            })?;
+        let sink = Self {
+            conn,
+            script: redis::Script::new(ENQUEUE_LUA),
+            prefix: prefix.to_string(),
+            dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
+            concurrency: concurrency.max(1),
+        };
+        sink.load_script().await?;
+        Ok(sink)
+    }
+
+    /// The Redis key of a queue's stream.
+    pub fn stream_key(&self, queue: &str) -> String {
+        format!("{}{}", self.prefix, queue)
+    }
+
+    /// The Redis key of the dedupe marker for (event, queue).
+    pub fn marker_key(&self, event_id: i64, queue: &str) -> String {
+        format!("{}outbox:enqueued:{}:{}", self.prefix, queue, event_id)
+    }
+
+    /// A connection handle (cheap clone of the multiplexed connection).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Check Redis answers.
+    pub async fn ping(&self) -> Result<(), SinkError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(|source| SinkError {
+                context: "ping Redis".into(),
+                source,
+            })
+    }
+
+    async fn load_script(&self) -> Result<(), SinkError> {
+        let mut conn = self.conn.clone();
+        self.script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(|source| SinkError {
+                context: "load the enqueue script into Redis".into(),
+                source,
+            })
+    }
+
+    /// Enqueue every hand-off: pipelines of up to 128, at most `concurrency` in flight. Results
+    /// come back in input order. A transport failure fails the entries of that pipeline only.
+    pub async fn enqueue_all(&self, items: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
+        let chunks: Vec<&[Enqueue<'_>]> = items.chunks(PIPELINE_CHUNK).collect();
+        let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(chunks.into_iter().enumerate())
+            .map(|(i, chunk)| async move { (i, self.enqueue_chunk(chunk).await) })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        results.sort_by_key(|(i, _)| *i);
+        results.into_iter().flat_map(|(_, r)| r).collect()
+    }
+
+    async fn enqueue_chunk(&self, chunk: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
+        match self.run_pipeline(chunk).await {
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                // Redis restarted (scripts are not persisted): load it again and retry once.
+                if let Err(load) = self.load_script().await {
+                    return fail_all(chunk, &load.to_string());
+                }
+                match self.run_pipeline(chunk).await {
+                    Ok(r) => r,
+                    Err(e) => fail_all(chunk, &format!("redis: {e}")),
+                }
+            }
+            Ok(r) => r,
+            Err(e) => fail_all(chunk, &format!("redis: {e}")),
+        }
+    }
+
+    async fn run_pipeline(
+        &self,
+        chunk: &[Enqueue<'_>],
+    ) -> Result<Vec<EnqueueResult>, redis::RedisError> {
+        let mut pipe = redis::pipe();
+        let hash = self.script.get_hash();
+        for item in chunk {
+            let e = item.event;
+            pipe.cmd("EVALSHA")
+                .arg(hash)
+                .arg(2)
+                .arg(self.marker_key(e.id, item.queue))
+                .arg(self.stream_key(item.queue))
+                .arg(self.dedupe_ttl_secs)
+                .arg("event_id")
+                .arg(e.id)
+                .arg("event_type")
+                .arg(&e.event_type)
+                .arg("event_version")
+                .arg(e.event_version)
+                .arg("tenant_id")
+                .arg(e.tenant_id.as_deref().unwrap_or(""))
+                .arg("payload")
+                .arg(&e.payload)
+                .arg("headers")
+                .arg(&e.headers)
+                .arg("dispatch_key")
+                .arg(e.dispatch_key.as_deref().unwrap_or(""))
+                .arg("created_at")
+                .arg(e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+                .arg("attempt")
+                .arg(e.attempts);
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        Ok(chunk
+            .iter()
+            .zip(replies)
+            .map(|(item, reply)| parse_reply(item, reply))
+            .collect())
+    }
+}
+
+fn fail_all(chunk: &[Enqueue<'_>], message: &str) -> Vec<EnqueueResult> {
+    chunk
+        .iter()
+        .map(|item| {
+            EnqueueResult::Failed(format!(
+                "event {} to {}: {message}",
+                item.event.id, item.queue
+            ))
+        })
+        .collect()
+}
+
+fn parse_reply(item: &Enqueue<'_>, reply: Value) -> EnqueueResult {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    match reply {
+        Value::Array(parts) if parts.len() == 2 => match &parts[0] {
+            Value::Int(1) => EnqueueResult::Added(text(&parts[1])),
+            Value::Int(0) => EnqueueResult::AlreadyEnqueued(text(&parts[1])),
+            _ => EnqueueResult::Failed(format!(
+                "event {} to {}: XADD refused: {}",
+                item.event.id,
+                item.queue,
+                text(&parts[1])
+            )),
+        },
+        Value::ServerError(e) => EnqueueResult::Failed(format!(
+            "event {} to {}: redis: {}",
+            item.event.id,
+            item.queue,
+            e.details().unwrap_or(e.code())
+        )),
+        other => EnqueueResult::Failed(format!(
+            "event {} to {}: unexpected reply from the enqueue script: {other:?}",
+            item.event.id, item.queue
+        )),
+    }
+}

@@ -1,0 +1,511 @@
+//! Store: everything the host reads and writes in PostgreSQL after an event is published.
+//!
+//! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease), recording a batch's outcomes, releasing
+//! claims on shutdown, worker heartbeats, retention and the operator queries. Every statement
+//! here is short and autocommitted (or one small transaction): the store never holds a row lock
+//! while the caller talks to Redis. Outcomes are only written while the caller still holds the
+//! lease it claimed with (`claimed_by` + `claimed_at`), so a host whose lease expired cannot
+//! overwrite the work of the host that took over.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Row};
+
+/// The migrations in `migrations/`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// A database failure with the operation it interrupted.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct StoreError {
+    /// What the store was doing (`claim_due_events`, `event 42 to outbox.mail`, ...).
+    pub context: String,
+    /// The driver's error.
+    #[source]
+    pub source: sqlx::Error,
+}
+
+trait Context<T> {
+    fn context(self, context: impl Into<String>) -> Result<T, StoreError>;
+}
+
+impl<T> Context<T> for Result<T, sqlx::Error> {
+    fn context(self, context: impl Into<String>) -> Result<T, StoreError> {
+        self.map_err(|source| StoreError {
+            context: context.into(),
+            source,
+        })
+    }
+}
+
+/// Open a pool (no retry; see [`crate::dispatch::connect_postgres`] for the retrying variant).
+pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    let options: PgConnectOptions = database_url
+        .parse()
+        .context(format!("invalid DATABASE_URL {database_url:?}"))?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options.application_name("outbox"))
+        .await
+        .context(format!("connect to PostgreSQL at {}", redact(database_url)))
+}
+
+/// Apply pending migrations.
+pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    MIGRATOR.run(pool).await.map_err(|e| StoreError {
+        context: "apply migrations".into(),
+        source: e.into(),
+    })
+}
+
+/// A URL without its password, for logs.
+pub fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((creds, host)) => {
+                let user = creds.split(':').next().unwrap_or("");
+                format!("{scheme}://{user}@{host}")
+            }
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// One event claimed by a dispatcher, with everything routing and the sink need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedEvent {
+    /// `outbox_event.id`.
+    pub id: i64,
+    /// Tenant, if any.
+    pub tenant_id: Option<String>,
+    /// Dot-separated type.
+    pub event_type: String,
+    /// Schema version of the payload.
+    pub event_version: i32,
+    /// Payload as JSON text (never re-serialised on the way to Redis).
+    pub payload: String,
+    /// Headers as JSON text.
+    pub headers: String,
+    /// Producer idempotency key.
+    pub dispatch_key: Option<String>,
+    /// Ordering key (informational for now).
+    pub ordering_key: Option<String>,
+    /// Attempt number of this claim (1 on first claim).
+    pub attempts: i32,
+    /// When the event was published.
+    pub created_at: DateTime<Utc>,
+    /// True when this claim took the row over from a claimer whose lease expired.
+    pub recovered_lease: bool,
+}
+
+/// A batch of claimed events plus the lease token needed to record their outcomes.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// Who claimed (`outbox_worker.id`).
+    pub worker_id: String,
+    /// The claim statement's timestamp; with `worker_id` it identifies this lease.
+    pub claimed_at: DateTime<Utc>,
+    /// The rows, oldest due first.
+    pub events: Vec<ClaimedEvent>,
+}
+
+/// Claim up to `limit` due rows: pending rows whose `available_at` has passed and processing
+/// rows whose lease expired. Claimed rows get `status = processing`, `attempts + 1` and a lease
+/// of `lease` (stored both as `claim_expires_at` and as `available_at`, so the one partial index
+/// finds expired leases too).
+pub async fn claim_due_events(
+    pool: &PgPool,
+    worker_id: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Claim, StoreError> {
+    let rows = sqlx::query(
+        r#"
+        WITH due AS (
+            SELECT id, status AS previous_status
+            FROM outbox_event
+            WHERE status IN ('pending', 'processing') AND available_at <= now()
+            ORDER BY available_at, id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE outbox_event e
+        SET status = 'processing',
+            attempts = e.attempts + 1,
+            claimed_by = $2,
+            claimed_at = now(),
+            claim_expires_at = now() + make_interval(secs => $3),
+            available_at = now() + make_interval(secs => $3)
+        FROM due
+        WHERE e.id = due.id
+        RETURNING e.id, e.tenant_id, e.event_type, e.event_version, e.payload::text AS payload,
+                  e.headers::text AS headers, e.dispatch_key, e.ordering_key, e.attempts,
+                  e.created_at, e.claimed_at, due.previous_status = 'processing' AS recovered
+        "#,
+    )
+    .bind(limit)
+    .bind(worker_id)
+    .bind(lease.as_secs_f64())
+    .fetch_all(pool)
+    .await
+    .context("claim_due_events")?;
+
+    let mut claimed_at = Utc::now();
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        claimed_at = row.get("claimed_at");
+        events.push(ClaimedEvent {
+            id: row.get("id"),
+            tenant_id: row.get("tenant_id"),
+            event_type: row.get("event_type"),
+            event_version: row.get("event_version"),
+            payload: row.get("payload"),
+            headers: row.get("headers"),
+            dispatch_key: row.get("dispatch_key"),
+            ordering_key: row.get("ordering_key"),
+            attempts: row.get("attempts"),
+            created_at: row.get("created_at"),
+            recovered_lease: row.get("recovered"),
+        });
+    }
+    events.sort_by_key(|e| e.id);
+    Ok(Claim {
+        worker_id: worker_id.to_string(),
+        claimed_at,
+        events,
+    })
+}
+
+/// How long until the next claimable row becomes due, measured on the database clock
+/// (`None`: nothing pending or leased; zero: something is due now).
+pub async fn time_until_next_due(pool: &PgPool) -> Result<Option<Duration>, StoreError> {
+    let secs: Option<f64> = sqlx::query_scalar(
+        r#"
+        SELECT greatest(0, extract(epoch FROM min(available_at) - now()))::float8
+        FROM outbox_event WHERE status IN ('pending', 'processing')
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("time_until_next_due")?;
+    Ok(secs.map(Duration::from_secs_f64))
+}
+
+/// Destinations of fan-out events that were already handed off in an earlier attempt.
+pub async fn delivered_destinations(
+    pool: &PgPool,
+    event_ids: &[i64],
+) -> Result<HashMap<i64, Vec<String>>, StoreError> {
+    let mut done: HashMap<i64, Vec<String>> = HashMap::new();
+    if event_ids.is_empty() {
+        return Ok(done);
+    }
+    let rows = sqlx::query(
+        "SELECT event_id, destination FROM outbox_delivery WHERE event_id = ANY($1) AND status = 'done'",
+    )
+    .bind(event_ids)
+    .fetch_all(pool)
+    .await
+    .context("delivered_destinations")?;
+    for row in rows {
+        done.entry(row.get("event_id"))
+            .or_default()
+            .push(row.get("destination"));
+    }
+    Ok(done)
+}
+
+/// The final state of one claimed event after a dispatch attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventOutcome {
+    /// Every destination has it.
+    Done,
+    /// Try again after `delay`, with this error recorded.
+    Retry {
+        /// The error of this attempt.
+        error: String,
+        /// Backoff before the next claim.
+        delay: Duration,
+    },
+    /// Dead letter: kept as `failed` with this error.
+    Failed {
+        /// Why (no route, or the last error after the retries ran out).
+        error: String,
+    },
+}
+
+/// Result of one (event, destination) hand-off, recorded in `outbox_delivery` for fan-out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    /// The event.
+    pub event_id: i64,
+    /// The queue.
+    pub destination: String,
+    /// The stream entry id on success.
+    pub stream_id: Option<String>,
+    /// The error on failure.
+    pub error: Option<String>,
+}
+
+/// How many rows a [`record_outcomes`] call changed; fewer than given means some leases were
+/// lost to another host (which will finish those events; the enqueue is idempotent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordedCounts {
+    /// Rows set to `done`.
+    pub done: u64,
+    /// Rows put back to `pending` with backoff.
+    pub retried: u64,
+    /// Rows set to `failed`.
+    pub failed: u64,
+}
+
+/// Record a batch's outcomes in one transaction: one statement for all `done` rows, one for the
+/// rest, and one upsert for fan-out deliveries. Only rows still held under `claim`'s lease change.
+pub async fn record_outcomes(
+    pool: &PgPool,
+    claim: &Claim,
+    outcomes: &[(i64, EventOutcome)],
+    deliveries: &[DeliveryRecord],
+) -> Result<RecordedCounts, StoreError> {
+    let mut done_ids = Vec::new();
+    let (mut ids, mut statuses, mut errors, mut delays) = (vec![], vec![], vec![], vec![]);
+    for (id, outcome) in outcomes {
+        match outcome {
+            EventOutcome::Done => done_ids.push(*id),
+            EventOutcome::Retry { error, delay } => {
+                ids.push(*id);
+                statuses.push("pending");
+                errors.push(error.clone());
+                delays.push(delay.as_secs_f64());
+            }
+            EventOutcome::Failed { error } => {
+                ids.push(*id);
+                statuses.push("failed");
+                errors.push(error.clone());
+                delays.push(0.0);
+            }
+        }
+    }
+    let mut counts = RecordedCounts::default();
+    let mut tx = pool.begin().await.context("record_outcomes: begin")?;
+    if !deliveries.is_empty() {
+        let (mut d_ids, mut d_dest, mut d_stream, mut d_err) = (vec![], vec![], vec![], vec![]);
+        for d in deliveries {
+            d_ids.push(d.event_id);
+            d_dest.push(d.destination.clone());
+            d_stream.push(d.stream_id.clone());
+            d_err.push(d.error.clone());
+        }
+        sqlx::query(
+            r#"
+            INSERT INTO outbox_delivery AS d
+                (event_id, destination, status, attempts, last_error, stream_id, delivered_at)
+            SELECT v.event_id, v.destination,
+                   CASE WHEN v.err IS NULL THEN 'done' ELSE 'pending' END, 1, v.err, v.stream_id,
+                   CASE WHEN v.err IS NULL THEN now() END
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
+                 AS v(event_id, destination, stream_id, err)
+            JOIN outbox_event e ON e.id = v.event_id
+            WHERE e.status = 'processing' AND e.claimed_by = $5 AND e.claimed_at = $6
+            ON CONFLICT (event_id, destination) DO UPDATE
+            SET status = EXCLUDED.status,
+                attempts = d.attempts + 1,
+                last_error = EXCLUDED.last_error,
+                stream_id = coalesce(EXCLUDED.stream_id, d.stream_id),
+                delivered_at = EXCLUDED.delivered_at
+            WHERE d.status <> 'done'
+            "#,
+        )
+        .bind(&d_ids)
+        .bind(&d_dest)
+        .bind(&d_stream)
+        .bind(&d_err)
+        .bind(&claim.worker_id)
+        .bind(claim.claimed_at)
+        .execute(&mut *tx)
+        .await
+        .context("record_outcomes: deliveries")?;
+    }
+    if !done_ids.is_empty() {
+        counts.done = sqlx::query(
+            r#"
+            UPDATE outbox_event
+            SET status = 'done', processed_at = now(), last_error = NULL, claim_expires_at = NULL
+            WHERE id = ANY($1) AND status = 'processing' AND claimed_by = $2 AND claimed_at = $3
+            "#,
+        )
+        .bind(&done_ids)
+        .bind(&claim.worker_id)
+        .bind(claim.claimed_at)
+        .execute(&mut *tx)
+        .await
+        .context(format!("record_outcomes: mark {} events done", done_ids.len()))?
+        .rows_affected();
+    }
+    if !ids.is_empty() {
+        let rows = sqlx::query(
+            r#"
+            UPDATE outbox_event e
+            SET status = v.status,
+                last_error = v.err,
+                available_at = CASE WHEN v.status = 'pending'
+                                    THEN now() + make_interval(secs => v.delay_s)
+                                    ELSE e.available_at END,
+                processed_at = CASE WHEN v.status = 'failed' THEN now() ELSE e.processed_at END,
+                claim_expires_at = NULL
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[])
+                 AS v(id, status, err, delay_s)
+            WHERE e.id = v.id AND e.status = 'processing' AND e.claimed_by = $5
+              AND e.claimed_at = $6
+            RETURNING v.status
+            "#,
+        )
+        .bind(&ids)
+        .bind(&statuses)
+        .bind(&errors)
+        .bind(&delays)
+        .bind(&claim.worker_id)
+        .bind(claim.claimed_at)
+        .fetch_all(&mut *tx)
+        .await
+        .context(format!("record_outcomes: {} retried or failed events", ids.len()))?;
+        for row in rows {
+            match row.get::<&str, _>("status") {
+                "pending" => counts.retried += 1,
+                _ => counts.failed += 1,
+            }
+        }
+    }
+    tx.commit().await.context("record_outcomes: commit")?;
+    Ok(counts)
+}
+
+/// Give back rows this worker still holds (shutdown past the grace period): they become
+/// claimable at once, with the attempt that never finished not counted.
+pub async fn release_claims(pool: &PgPool, worker_id: &str) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        r#"
+        UPDATE outbox_event
+        SET status = 'pending', available_at = now(), attempts = greatest(attempts - 1, 0),
+            claim_expires_at = NULL
+        WHERE status = 'processing' AND claimed_by = $1
+        "#,
+    )
+    .bind(worker_id)
+    .execute(pool)
+    .await
+    .context(format!("release claims of worker {worker_id}"))?
+    .rows_affected())
+}
+
+/// Register or refresh this process in `outbox_worker`.
+pub async fn heartbeat(
+    pool: &PgPool,
+    worker_id: &str,
+    queue_group: Option<&str>,
+    counters: &serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        r#"
+        INSERT INTO outbox_worker (id, host_name, queue_group, version, counters)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (id) DO UPDATE SET last_seen = now(), counters = EXCLUDED.counters
+        "#,
+    )
+    .bind(worker_id)
+    .bind(
+        hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )
+    .bind(queue_group)
+    .bind(env!("CARGO_PKG_VERSION"))
+    .bind(counters)
+    .execute(pool)
+    .await
+    .context(format!("heartbeat of worker {worker_id}"))?;
+    Ok(())
+}
+
+/// Delete `done` rows processed more than `older_than` ago, `batch_size` rows per statement
+/// (`SKIP LOCKED`, so it never waits on a dispatcher). Returns how many rows went.
+pub async fn purge_done_events(
+    pool: &PgPool,
+    older_than: Duration,
+    batch_size: i64,
+) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let deleted = sqlx::query(
+            r#"
+            DELETE FROM outbox_event
+            WHERE id IN (
+                SELECT id FROM outbox_event
+                WHERE status = 'done' AND processed_at < now() - make_interval(secs => $1)
+                ORDER BY processed_at
+                LIMIT $2
+                FOR UPDATE SKIP LOCKED
+            )
+            "#,
+        )
+        .bind(older_than.as_secs_f64())
+        .bind(batch_size.clamp(1, 10_000))
+        .execute(pool)
+        .await
+        .context("purge_done_events")?
+        .rows_affected();
+        total += deleted;
+        if deleted < batch_size as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Row counts by status, for `outbox stats` and the demo.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCounts {
+    /// Waiting to be claimed (including retries not yet due).
+    pub pending: i64,
+    /// Claimed, lease running.
+    pub processing: i64,
+    /// Handed to every destination queue.
+    pub done: i64,
+    /// Dead letters.
+    pub failed: i64,
+    /// Cancelled by an operator.
+    pub cancelled: i64,
+    /// Pending events older than 60 s (the alerting figure).
+    pub pending_older_than_60s: i64,
+}
+
+/// Count rows by status.
+pub async fn status_counts(pool: &PgPool) -> Result<StatusCounts, StoreError> {
+    let row = sqlx::query(
+        r#"
+        SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+               count(*) FILTER (WHERE status = 'processing') AS processing,
+               count(*) FILTER (WHERE status = 'done') AS done,
+               count(*) FILTER (WHERE status = 'failed') AS failed,
+               count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+               count(*) FILTER (WHERE status = 'pending' AND created_at < now() - interval '60 seconds')
+                   AS old_pending
+        FROM outbox_event
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("status_counts")?;
+    Ok(StatusCounts {
+        pending: row.get("pending"),
+        processing: row.get("processing"),
+        done: row.get("done"),
+        failed: row.get("failed"),
+        cancelled: row.get("cancelled"),
+        pending_older_than_60s: row.get("old_pending"),
+    })
+}
