@@ -1,1 +1,299 @@
-//! Shared helpers for the end-to-end tests live in all/.
+//! Shared fixtures for the end-to-end tests in `all/`: a per-test environment over the real
+//! PostgreSQL (a fresh database from `sqlx::test`) and the real Redis (a unique key prefix), and
+//! a TCP proxy that can cut Redis off and bring it back.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_host::config::{RoutesFile, Settings, DEFAULT_ROUTES_TOML};
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::routing::{RouteRule, RouteTable, RouterHandle};
+use outbox_host::sink::RedisSink;
+use outbox_host::{publish, NewEvent};
+use redis::AsyncCommands;
+use sqlx::PgPool;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// Redis used by the tests (`REDIS_URL`, default local).
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+/// One test's world: its own database and its own Redis key prefix.
+pub struct TestEnv {
+    /// The test database.
+    pub pool: PgPool,
+    /// Settings tuned for tests (short intervals, small backoff).
+    pub settings: Settings,
+    /// Redis key prefix unique to this test.
+    pub prefix: String,
+    /// A direct Redis connection for assertions.
+    pub redis: redis::aio::MultiplexedConnection,
+}
+
+impl TestEnv {
+    /// Wrap a `sqlx::test` pool.
+    pub async fn new(pool: PgPool) -> Self {
+        let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
+        let settings = Settings {
+            redis_url: redis_url(),
+            redis_prefix: prefix.clone(),
+            dispatch_interval: Duration::from_millis(100),
+            dispatch_batch_size: 100,
+            claim_lease: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+            backoff: vec![Duration::from_secs(1), Duration::from_secs(2)],
+            http_addr: String::new(),
+            ..Settings::default()
+        };
+        let redis = redis::Client::open(redis_url())
+            .expect("REDIS_URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("Redis at REDIS_URL must be running for the tests");
+        Self {
+            pool,
+            settings,
+            prefix,
+            redis,
+        }
+    }
+
+    /// The default routing table of `routes.toml`.
+    pub fn default_table() -> RouteTable {
+        RoutesFile::parse(DEFAULT_ROUTES_TOML, Path::new("routes.toml"))
+            .expect("default routes.toml")
+            .route_table()
+    }
+
+    /// The default table plus extra rules.
+    pub fn table_with(extra: &[(&str, &[&str])]) -> RouteTable {
+        let mut rules = Self::default_table().rules().to_vec();
+        for (prefix, queues) in extra {
+            rules.push(RouteRule {
+                prefix: prefix.to_string(),
+                queues: queues.iter().map(|q| q.to_string()).collect(),
+            });
+        }
+        RouteTable::new(rules)
+    }
+
+    /// A sink on this test's prefix.
+    pub async fn sink(&self) -> RedisSink {
+        RedisSink::connect(
+            &self.settings.redis_url,
+            &self.prefix,
+            self.settings.dedupe_ttl,
+            self.settings.dispatch_concurrency,
+        )
+        .await
+        .expect("connect sink")
+    }
+
+    /// A dispatcher with the default table.
+    pub async fn dispatcher(&self, worker: &str) -> Dispatcher {
+        self.dispatcher_with(worker, Self::default_table()).await
+    }
+
+    /// A dispatcher with a given table.
+    pub async fn dispatcher_with(&self, worker: &str, table: RouteTable) -> Dispatcher {
+        Dispatcher::new(
+            self.pool.clone(),
+            self.sink().await,
+            RouterHandle::new(table),
+            Arc::new(self.settings.clone()),
+            worker,
+        )
+    }
+
+    /// Publish events in one committed transaction.
+    pub async fn publish_all(&self, events: Vec<NewEvent>) -> Vec<i64> {
+        let mut tx = self.pool.begin().await.unwrap();
+        let mut ids = Vec::with_capacity(events.len());
+        for e in events {
+            ids.push(publish(&mut tx, e).await.expect("publish"));
+        }
+        tx.commit().await.unwrap();
+        ids
+    }
+
+    /// Insert `n` events of `event_type` fast (one statement).
+    pub async fn insert_many(&self, event_type: &str, n: i64) {
+        sqlx::query(
+            "INSERT INTO outbox_event (event_type, payload) SELECT $1, jsonb_build_object('n', g) FROM generate_series(1, $2) g",
+        )
+        .bind(event_type)
+        .bind(n)
+        .execute(&self.pool)
+        .await
+        .unwrap();
+    }
+
+    /// All entries of a queue's stream, as field maps, oldest first.
+    pub async fn entries(&self, queue: &str) -> Vec<HashMap<String, String>> {
+        let mut conn = self.redis.clone();
+        let reply: redis::streams::StreamRangeReply = conn
+            .xrange_all(format!("{}{}", self.prefix, queue))
+            .await
+            .unwrap();
+        reply
+            .ids
+            .into_iter()
+            .map(|e| {
+                e.map
+                    .into_iter()
+                    .map(|(k, v)| (k, redis::from_redis_value::<String>(&v).unwrap()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Event ids in a queue's stream, in stream order.
+    pub async fn event_ids(&self, queue: &str) -> Vec<i64> {
+        self.entries(queue)
+            .await
+            .iter()
+            .map(|e| e["event_id"].parse().unwrap())
+            .collect()
+    }
+
+    /// Status of one event.
+    pub async fn status(&self, id: i64) -> (String, i32, Option<String>) {
+        sqlx::query_as("SELECT status, attempts, last_error FROM outbox_event WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Count of events in a status.
+    pub async fn count(&self, status: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = $1")
+            .bind(status)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// The URL of this test's database (for child processes).
+    pub async fn database_url(&self) -> String {
+        let db: String = sqlx::query_scalar("SELECT current_database()")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap();
+        let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        outbox_host::ops::with_database(&base, &db)
+    }
+
+    /// Make every pending event due now (skip the backoff wait).
+    pub async fn make_all_due(&self) {
+        sqlx::query("UPDATE outbox_event SET available_at = now() WHERE status = 'pending'")
+            .execute(&self.pool)
+            .await
+            .unwrap();
+    }
+
+    /// Delete this test's Redis keys.
+    pub async fn cleanup(&self) {
+        let mut conn = self.redis.clone();
+        let keys: Vec<String> = conn
+            .keys(format!("{}*", self.prefix))
+            .await
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<(), _> = conn.del(keys).await;
+        }
+    }
+}
+
+/// A TCP proxy in front of Redis that can be cut (connections dropped, port closed) and
+/// restored on the same port: a real Redis outage as the host sees it.
+pub struct RedisProxy {
+    port: u16,
+    target: String,
+    state: Arc<Mutex<Option<JoinHandle<()>>>>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl RedisProxy {
+    /// Start a proxy to the local Redis on a free port.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let url = url_host_port(&redis_url());
+        let proxy = Self {
+            port,
+            target: url,
+            state: Arc::default(),
+            conns: Arc::default(),
+        };
+        proxy.serve(listener);
+        proxy
+    }
+
+    /// `redis://127.0.0.1:PORT/` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        let target = self.target.clone();
+        let conns = self.conns.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let target = target.clone();
+                let handle = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                conns.lock().unwrap().push(handle);
+            }
+        });
+        *self.state.lock().unwrap() = Some(task);
+    }
+
+    /// Cut Redis off: close the port and drop every open connection.
+    pub fn cut(&self) {
+        if let Some(task) = self.state.lock().unwrap().take() {
+            task.abort();
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    /// Bring Redis back on the same port.
+    pub async fn restore(&self) {
+        let mut tries = 0;
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("rebind proxy port {}: {e}", self.port),
+            }
+        };
+        self.serve(listener);
+    }
+}
+
+fn url_host_port(url: &str) -> String {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
+    let hp = rest.split('/').next().unwrap_or("127.0.0.1:6379");
+    if hp.contains(':') {
+        hp.to_string()
+    } else {
+        format!("{hp}:6379")
+    }
+}

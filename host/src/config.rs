@@ -257,7 +257,9 @@ impl RoutesFile {
             unique.sort();
             unique.dedup();
             if unique.len() != queues.len() {
-                return Err(invalid(format!("[routes] \"{prefix}\": a queue is listed twice")));
+                return Err(invalid(format!(
+                    "[routes] \"{prefix}\": a queue is listed twice"
+                )));
             }
         }
         for (group, queues) in &self.queue_groups {
@@ -283,7 +285,8 @@ impl RoutesFile {
             }
         }
         for (queue, plugin) in &self.handlers {
-            validate_queue_name(queue).map_err(|m| invalid(format!("[handlers] '{queue}': {m}")))?;
+            validate_queue_name(queue)
+                .map_err(|m| invalid(format!("[handlers] '{queue}': {m}")))?;
             if !known_plugin(plugin) {
                 return Err(invalid(format!(
                     "[handlers] '{queue}' = '{plugin}' is not declared under [plugins]"
@@ -307,13 +310,17 @@ impl RoutesFile {
             }
             if let Some(config) = &spec.config {
                 serde_json::to_value(config).map_err(|e| {
-                    invalid(format!("[plugins.{name}] config is not representable as JSON: {e}"))
+                    invalid(format!(
+                        "[plugins.{name}] config is not representable as JSON: {e}"
+                    ))
                 })?;
             }
         }
         if let Some(backoff) = &self.settings.backoff_seconds {
             if backoff.is_empty() {
-                return Err(invalid("[settings] backoff_seconds must not be empty".into()));
+                return Err(invalid(
+                    "[settings] backoff_seconds must not be empty".into(),
+                ));
             }
         }
         Ok(())
@@ -449,11 +456,15 @@ impl Settings {
             match env(name) {
                 None => Ok(None),
                 Some(v) if v.trim().is_empty() => Ok(None),
-                Some(v) => v.trim().parse::<T>().map(Some).map_err(|e| ConfigError::Env {
-                    name: name.into(),
-                    value: v.clone(),
-                    message: e.to_string(),
-                }),
+                Some(v) => v
+                    .trim()
+                    .parse::<T>()
+                    .map(Some)
+                    .map_err(|e| ConfigError::Env {
+                        name: name.into(),
+                        value: v.clone(),
+                        message: e.to_string(),
+                    }),
             }
         }
         if let Some(v) = env("DATABASE_URL").filter(|v| !v.is_empty()) {
@@ -559,7 +570,10 @@ impl Config {
     /// Load `OUTBOX_CONFIG` (default `routes.toml`; the built-in default table when that file
     /// does not exist and no path was given explicitly) and resolve the environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        match std::env::var("OUTBOX_CONFIG").ok().filter(|p| !p.is_empty()) {
+        match std::env::var("OUTBOX_CONFIG")
+            .ok()
+            .filter(|p| !p.is_empty())
+        {
             Some(p) => Self::load(Path::new(&p)),
             None if Path::new("routes.toml").exists() => Self::load(Path::new("routes.toml")),
             None => Self::builtin(),

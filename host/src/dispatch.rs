@@ -181,7 +181,8 @@ impl Dispatcher {
                     failures += 1;
                     let delay = retry_delay(failures);
                     tracing::error!(error = %e, retry_in = ?delay, "cannot claim events: PostgreSQL unavailable? retrying");
-                    metrics::counter!("outbox_dispatch_errors_total", "stage" => "claim").increment(1);
+                    metrics::counter!("outbox_dispatch_errors_total", "stage" => "claim")
+                        .increment(1);
                     sleep_or_shutdown(delay, &shutdown).await;
                     continue;
                 }
@@ -218,12 +219,17 @@ impl Dispatcher {
         .await;
         if finished.is_err() {
             in_flight.abort_all();
-            tracing::warn!(?grace, "shutdown grace period over; releasing claimed events");
+            tracing::warn!(
+                ?grace,
+                "shutdown grace period over; releasing claimed events"
+            );
         }
         match store::release_claims(&self.pool, &self.worker_id).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(released = n, "released claimed events for other hosts"),
-            Err(e) => tracing::warn!(error = %e, "could not release claims; they return after the lease"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release claims; they return after the lease")
+            }
         }
         listener.abort();
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
@@ -272,7 +278,10 @@ impl Dispatcher {
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let recovered = claim.events.iter().filter(|e| e.recovered_lease).count();
         if recovered > 0 {
-            tracing::warn!(recovered, "took over events whose lease expired (a host died or stalled)");
+            tracing::warn!(
+                recovered,
+                "took over events whose lease expired (a host died or stalled)"
+            );
             metrics::counter!("outbox_lease_recovered_total").increment(recovered as u64);
         }
         let (claim, decisions) = self.route(claim).await;
@@ -316,7 +325,9 @@ impl Dispatcher {
             .iter()
             .filter(|r| matches!(r, EnqueueResult::Added(_)))
             .count();
-        self.stats.enqueued.fetch_add(added as u64, Ordering::Relaxed);
+        self.stats
+            .enqueued
+            .fetch_add(added as u64, Ordering::Relaxed);
 
         let mut outcomes = Vec::with_capacity(claim.events.len());
         let mut deliveries = Vec::new();
@@ -364,15 +375,23 @@ impl Dispatcher {
 
         let counts = store::record_outcomes(&self.pool, &claim, &outcomes, &deliveries).await?;
         self.stats.done.fetch_add(counts.done, Ordering::Relaxed);
-        self.stats.retried.fetch_add(counts.retried, Ordering::Relaxed);
-        self.stats.failed.fetch_add(counts.failed, Ordering::Relaxed);
+        self.stats
+            .retried
+            .fetch_add(counts.retried, Ordering::Relaxed);
+        self.stats
+            .failed
+            .fetch_add(counts.failed, Ordering::Relaxed);
         metrics::counter!("outbox_events_dispatched_total").increment(counts.done);
         metrics::counter!("outbox_events_retried_total").increment(counts.retried);
         metrics::counter!("outbox_events_failed_total").increment(counts.failed);
-        metrics::histogram!("outbox_dispatch_batch_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("outbox_dispatch_batch_seconds")
+            .record(started.elapsed().as_secs_f64());
         let lost = outcomes.len() as u64 - counts.done - counts.retried - counts.failed;
         if lost > 0 {
-            tracing::warn!(lost, "lease lost before recording; another host finishes those events");
+            tracing::warn!(
+                lost,
+                "lease lost before recording; another host finishes those events"
+            );
         }
         Ok(BatchReport {
             claimed: claim.events.len(),
@@ -433,23 +452,29 @@ fn route_one_by_one(
     events: &[ClaimedEvent],
     batch_error: &str,
 ) -> Vec<RouteDecision> {
-    tracing::warn!(router = router.name(), error = batch_error, "batch routing failed; routing events one by one");
+    tracing::warn!(
+        router = router.name(),
+        error = batch_error,
+        "batch routing failed; routing events one by one"
+    );
     events
         .iter()
-        .map(|event| match router.route_batch(std::slice::from_ref(event)) {
-            Ok(mut d) if d.len() == 1 => match d.remove(0) {
-                RouteDecision::Queues(q) if q.is_empty() => {
-                    RouteDecision::Error(format!("router {} returned no queue", router.name()))
-                }
-                other => other,
+        .map(
+            |event| match router.route_batch(std::slice::from_ref(event)) {
+                Ok(mut d) if d.len() == 1 => match d.remove(0) {
+                    RouteDecision::Queues(q) if q.is_empty() => {
+                        RouteDecision::Error(format!("router {} returned no queue", router.name()))
+                    }
+                    other => other,
+                },
+                Ok(d) => RouteDecision::Error(format!(
+                    "router {} returned {} routes for 1 event",
+                    router.name(),
+                    d.len()
+                )),
+                Err(e) => RouteDecision::Error(e.to_string()),
             },
-            Ok(d) => RouteDecision::Error(format!(
-                "router {} returned {} routes for 1 event",
-                router.name(),
-                d.len()
-            )),
-            Err(e) => RouteDecision::Error(e.to_string()),
-        })
+        )
         .collect()
 }
 

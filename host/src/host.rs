@@ -107,11 +107,20 @@ impl HostBuilder {
             .unwrap_or_else(|| RouterHandle::new(config.routes.route_table()));
         let mut tasks = JoinSet::new();
         let mut dispatcher = None;
-        if self.dispatcher_enabled.unwrap_or(settings.dispatcher_enabled) {
+        if self
+            .dispatcher_enabled
+            .unwrap_or(settings.dispatcher_enabled)
+        {
             let sink = dispatch::connect_redis(&settings, &shutdown)
                 .await
                 .ok_or(HostError::ShutdownDuringStart)?;
-            let d = Dispatcher::new(pool.clone(), sink, router.clone(), settings.clone(), &worker_id);
+            let d = Dispatcher::new(
+                pool.clone(),
+                sink,
+                router.clone(),
+                settings.clone(),
+                &worker_id,
+            );
             tasks.spawn(d.clone().run(shutdown.clone()));
             tasks.spawn(heartbeat_loop(
                 pool.clone(),
@@ -120,7 +129,11 @@ impl HostBuilder {
                 settings.worker_queue_group.clone(),
                 shutdown.clone(),
             ));
-            tasks.spawn(retention_loop(pool.clone(), settings.clone(), shutdown.clone()));
+            tasks.spawn(retention_loop(
+                pool.clone(),
+                settings.clone(),
+                shutdown.clone(),
+            ));
             dispatcher = Some(d);
         }
         if !settings.http_addr.is_empty() {
@@ -208,7 +221,11 @@ pub fn default_worker_id() -> String {
     let host = hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "host".into());
-    format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }
 
 async fn heartbeat_loop(
@@ -219,7 +236,9 @@ async fn heartbeat_loop(
     shutdown: CancellationToken,
 ) {
     loop {
-        if let Err(e) = store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &stats.to_json()).await {
+        if let Err(e) =
+            store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &stats.to_json()).await
+        {
             tracing::warn!(error = %e, "heartbeat failed");
         }
         if dispatch::sleep_or_shutdown(Duration::from_secs(10), &shutdown).await {
@@ -228,12 +247,22 @@ async fn heartbeat_loop(
     }
 }
 
-async fn retention_loop(pool: PgPool, settings: Arc<crate::config::Settings>, shutdown: CancellationToken) {
+async fn retention_loop(
+    pool: PgPool,
+    settings: Arc<crate::config::Settings>,
+    shutdown: CancellationToken,
+) {
     loop {
         if dispatch::sleep_or_shutdown(Duration::from_secs(60), &shutdown).await {
             return;
         }
-        match store::purge_done_events(&pool, settings.done_retention, settings.done_retention_batch_size).await {
+        match store::purge_done_events(
+            &pool,
+            settings.done_retention,
+            settings.done_retention_batch_size,
+        )
+        .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "retention: deleted old done events"),
             Err(e) => tracing::warn!(error = %e, "retention failed"),
@@ -242,9 +271,13 @@ async fn retention_loop(pool: PgPool, settings: Arc<crate::config::Settings>, sh
             Ok(counts) => {
                 metrics::gauge!("outbox_events_pending").set(counts.pending as f64);
                 metrics::gauge!("outbox_events_failed").set(counts.failed as f64);
-                metrics::gauge!("outbox_events_pending_older_than_60s").set(counts.pending_older_than_60s as f64);
+                metrics::gauge!("outbox_events_pending_older_than_60s")
+                    .set(counts.pending_older_than_60s as f64);
                 if counts.pending_older_than_60s > 1000 {
-                    tracing::warn!(old_pending = counts.pending_older_than_60s, "many events pending for over 60 s: dispatch is falling behind");
+                    tracing::warn!(
+                        old_pending = counts.pending_older_than_60s,
+                        "many events pending for over 60 s: dispatch is falling behind"
+                    );
                 }
             }
             Err(e) => tracing::warn!(error = %e, "status counts failed"),

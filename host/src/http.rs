@@ -65,7 +65,10 @@ pub async fn serve(addr: String, pool: PgPool, redis_url: String, shutdown: Canc
 async fn metrics() -> (StatusCode, String) {
     match prometheus() {
         Some(h) => (StatusCode::OK, h.render()),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder unavailable\n".into()),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics recorder unavailable\n".into(),
+        ),
     }
 }
 
@@ -73,7 +76,10 @@ async fn ready(State(probe): State<Probe>) -> (StatusCode, String) {
     let db = sqlx::query("SELECT 1").execute(&probe.pool).await;
     let redis_ok = match &probe.redis {
         Some(client) => match client.get_multiplexed_async_connection().await {
-            Ok(mut c) => redis::cmd("PING").query_async::<String>(&mut c).await.is_ok(),
+            Ok(mut c) => redis::cmd("PING")
+                .query_async::<String>(&mut c)
+                .await
+                .is_ok(),
             Err(_) => false,
         },
         None => false,
@@ -81,6 +87,9 @@ async fn ready(State(probe): State<Probe>) -> (StatusCode, String) {
     match (db, redis_ok) {
         (Ok(_), true) => (StatusCode::OK, "ready\n".into()),
         (Err(e), _) => (StatusCode::SERVICE_UNAVAILABLE, format!("postgres: {e}\n")),
-        (_, false) => (StatusCode::SERVICE_UNAVAILABLE, "redis: unreachable\n".into()),
+        (_, false) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "redis: unreachable\n".into(),
+        ),
     }
 }

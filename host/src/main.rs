@@ -36,7 +36,7 @@ enum Command {
     Publish {
         /// Event type, e.g. mail.welcome.
         event_type: String,
-        /// Payload: a JSON object.
+        /// Payload: a JSON object, `@FILE` to read it from a file, or `-` for standard input.
         #[arg(long)]
         payload: String,
         /// Tenant id.
@@ -121,7 +121,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let shutdown = CancellationToken::new();
             tokio::spawn(cancel_on_signal(shutdown.clone()));
-            let host = match Host::builder().config(config).shutdown_token(shutdown).start().await {
+            let host = match Host::builder()
+                .config(config)
+                .shutdown_token(shutdown)
+                .start()
+                .await
+            {
                 Ok(host) => host,
                 Err(outbox_host::HostError::ShutdownDuringStart) => return Ok(()),
                 Err(e) => return Err(e.into()),
@@ -153,7 +158,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 report.claimed, report.done, report.retried, report.failed
             );
             if report.redis_unavailable {
-                anyhow::bail!("Redis became unavailable during the drain; the rest waits for a retry");
+                anyhow::bail!(
+                    "Redis became unavailable during the drain; the rest waits for a retry"
+                );
             }
         }
         Command::Publish {
@@ -164,8 +171,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             headers,
         } => {
             let config = load_config(&cli.config)?;
-            let payload: serde_json::Value = serde_json::from_str(&payload)
-                .with_context(|| format!("--payload is not valid JSON: {payload:?}"))?;
+            let payload = read_payload_arg(&payload)?;
+            let payload: serde_json::Value = serde_json::from_str(&payload).with_context(|| {
+                format!("--payload is not valid JSON: {:?}", abbreviate(&payload))
+            })?;
             let mut event = NewEvent::new(event_type, payload);
             if let Some(h) = headers {
                 event = event.with_headers(
@@ -184,7 +193,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = store::connect(&config.settings.database_url, 1).await?;
             store::migrate(&pool).await?;
             let mut tx = pool.begin().await?;
-            let id = publish::publish_with_limit(&mut tx, event, config.settings.max_payload_bytes).await?;
+            let id = publish::publish_with_limit(&mut tx, event, config.settings.max_payload_bytes)
+                .await?;
             tx.commit().await?;
             println!("{id}");
         }
@@ -196,7 +206,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Routes { command } => match command {
             RoutesCommand::Check { file } => {
-                let path = file.or(cli.config).unwrap_or_else(|| PathBuf::from("routes.toml"));
+                let path = file
+                    .or(cli.config)
+                    .unwrap_or_else(|| PathBuf::from("routes.toml"));
                 let routes = RoutesFile::load(&path)?;
                 println!(
                     "{}: ok ({} routes, {} queue groups, {} plugins)",
@@ -209,14 +221,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             RoutesCommand::Which { event_type } => {
                 publish::validate_event_type(&event_type)?;
                 let config = load_config(&cli.config)?;
-                println!("{}", ops::explain_route(&config.routes.route_table(), &event_type));
+                println!(
+                    "{}",
+                    ops::explain_route(&config.routes.route_table(), &event_type)
+                );
             }
         },
         Command::Config => {
             let config = load_config(&cli.config)?;
             println!(
                 "# routes file: {}",
-                config.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "<built-in>".into())
+                config
+                    .path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "<built-in>".into())
             );
             println!("{}", ops::describe_settings(&config.settings));
         }
@@ -224,18 +243,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--payload` text: literal JSON, `@FILE`, or `-` for standard input.
+fn read_payload_arg(arg: &str) -> anyhow::Result<String> {
+    if arg == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading --payload from standard input")?;
+        Ok(text)
+    } else if let Some(path) = arg.strip_prefix('@') {
+        std::fs::read_to_string(path).with_context(|| format!("reading --payload file {path}"))
+    } else {
+        Ok(arg.to_string())
+    }
+}
+
+fn abbreviate(text: &str) -> String {
+    match text.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
 async fn cancel_on_signal(token: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                token.cancel();
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    token.cancel();
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -52,7 +52,9 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["status", "events"]);
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(vec!["status", "events"]);
     for (name, n) in [
         ("pending", counts.pending),
         ("processing", counts.processing),
@@ -66,7 +68,8 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     println!("{table}");
     if !failed_by_type.is_empty() {
         let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["failed event type", "events"]);
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_header(vec!["failed event type", "events"]);
         for (ty, n) in failed_by_type {
             t.add_row(vec![Cell::new(ty), Cell::new(n)]);
         }
@@ -74,9 +77,14 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     }
     if !workers.is_empty() {
         let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["worker", "host", "last seen"]);
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_header(vec!["worker", "host", "last seen"]);
         for (id, host, age) in workers {
-            t.add_row(vec![Cell::new(id), Cell::new(host), Cell::new(format!("{age:.0} s ago"))]);
+            t.add_row(vec![
+                Cell::new(id),
+                Cell::new(host),
+                Cell::new(format!("{age:.0} s ago")),
+            ]);
         }
         println!("{t}");
     }
@@ -167,7 +175,9 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         for i in 0..*count {
             let event = NewEvent::new(*event_type, serde_json::json!({"n": i, "demo": true}))
                 .with_tenant(format!("tenant-{}", i % 3))
-                .with_headers(serde_json::json!({"correlation_id": format!("demo-{event_type}-{i}")}))
+                .with_headers(
+                    serde_json::json!({"correlation_id": format!("demo-{event_type}-{i}")}),
+                )
                 .with_dispatch_key(format!("demo:{event_type}:{i}"));
             publish_with_limit(&mut tx, event, settings.max_payload_bytes).await?;
             published += 1;
@@ -182,7 +192,12 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     tx.commit().await?;
     let mut doomed = pool.begin().await?;
     for i in 0..10 {
-        publish_with_limit(&mut doomed, NewEvent::new("mail.rolled_back", serde_json::json!({"n": i})), settings.max_payload_bytes).await?;
+        publish_with_limit(
+            &mut doomed,
+            NewEvent::new("mail.rolled_back", serde_json::json!({"n": i})),
+            settings.max_payload_bytes,
+        )
+        .await?;
     }
     doomed.rollback().await?;
     println!("demo: published {published} events in transactions of 25; 10 more were rolled back and never appear");
@@ -227,10 +242,17 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         *n = conn.xlen(format!("{DEMO_REDIS_PREFIX}{queue}")).await?;
     }
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(vec!["queue (Redis stream)", "entries", "event types"]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "queue (Redis stream)",
+        "entries",
+        "event types",
+    ]);
     for (queue, (n, types)) in &per_queue {
-        t.add_row(vec![Cell::new(queue), Cell::new(n), Cell::new(types.join(", "))]);
+        t.add_row(vec![
+            Cell::new(queue),
+            Cell::new(n),
+            Cell::new(types.join(", ")),
+        ]);
     }
     println!("{t}");
     let counts = store::status_counts(&pool).await?;
@@ -243,12 +265,15 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             .fetch_one(&pool)
             .await?
     );
-    let failed = sqlx::query("SELECT id, event_type, last_error FROM outbox_event WHERE status = 'failed' ORDER BY id")
-        .fetch_all(&pool)
-        .await?;
+    let failed = sqlx::query(
+        "SELECT id, event_type, last_error FROM outbox_event WHERE status = 'failed' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await?;
     if !failed.is_empty() {
         let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["failed event", "type", "why"]);
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_header(vec!["failed event", "type", "why"]);
         for r in failed {
             t.add_row(vec![
                 Cell::new(r.get::<i64, _>("id")),
@@ -259,15 +284,25 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         println!("{t}");
     }
     let sample: Vec<redis::streams::StreamRangeReply> = vec![
-        conn.xrange_count(format!("{DEMO_REDIS_PREFIX}outbox.mail"), "-", "+", 1).await?,
+        conn.xrange_count(format!("{DEMO_REDIS_PREFIX}outbox.mail"), "-", "+", 1)
+            .await?,
     ];
     if let Some(entry) = sample.first().and_then(|r| r.ids.first()) {
         let fields: BTreeMap<String, String> = entry
             .map
             .iter()
-            .map(|(k, v)| (k.clone(), redis::from_redis_value::<String>(v).unwrap_or_default()))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    redis::from_redis_value::<String>(v).unwrap_or_default(),
+                )
+            })
             .collect();
-        println!("first entry of outbox.mail ({}): {}", entry.id, serde_json::to_string(&fields)?);
+        println!(
+            "first entry of outbox.mail ({}): {}",
+            entry.id,
+            serde_json::to_string(&fields)?
+        );
     }
     println!("demo finished in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())

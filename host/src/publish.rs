@@ -240,10 +240,24 @@ mod tests {
 
     #[test]
     fn event_type_rule() {
-        for ok in ["mail.welcome", "a.b", "tenant.subscription.created", "ai.cost.v2_x-y"] {
+        for ok in [
+            "mail.welcome",
+            "a.b",
+            "tenant.subscription.created",
+            "ai.cost.v2_x-y",
+        ] {
             assert!(validate_event_type(ok).is_ok(), "{ok}");
         }
-        for bad in ["mail", "", "Mail.welcome", "mail..x", ".mail", "mail.", "mail welcome.x", "mail.wélcome"] {
+        for bad in [
+            "mail",
+            "",
+            "Mail.welcome",
+            "mail..x",
+            ".mail",
+            "mail.",
+            "mail welcome.x",
+            "mail.wélcome",
+        ] {
             assert!(validate_event_type(bad).is_err(), "{bad}");
         }
     }
@@ -251,9 +265,15 @@ mod tests {
     #[test]
     fn payload_rules() {
         let e = NewEvent::new("mail.welcome", serde_json::json!([1]));
-        assert!(matches!(validate(&e, 100), Err(PublishError::PayloadNotObject { .. })));
+        assert!(matches!(
+            validate(&e, 100),
+            Err(PublishError::PayloadNotObject { .. })
+        ));
         let e = NewEvent::new("mail.welcome", serde_json::json!({"x": "y".repeat(200)}));
         let err = validate(&e, 100).unwrap_err();
-        assert!(err.to_string().contains("over the limit of 100 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("over the limit of 100 bytes"),
+            "{err}"
+        );
     }
 }

@@ -103,7 +103,9 @@ impl RouteTable {
 
 /// The `last_error` text of an event that no rule routes.
 pub fn no_route_message(event_type: &str) -> String {
-    format!("no route matched event type '{event_type}' (add a prefix rule to [routes] in routes.toml)")
+    format!(
+        "no route matched event type '{event_type}' (add a prefix rule to [routes] in routes.toml)"
+    )
 }
 
 impl Router for RouteTable {
@@ -154,6 +156,8 @@ impl RouterHandle {
 
 impl fmt::Debug for RouterHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RouterHandle").field(&self.current().name()).finish()
+        f.debug_tuple("RouterHandle")
+            .field(&self.current().name())
+            .finish()
     }
 }

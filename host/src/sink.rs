@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
+use futures::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
@@ -158,9 +159,12 @@ impl RedisSink {
     /// Enqueue every hand-off: pipelines of up to 128, at most `concurrency` in flight. Results
     /// come back in input order. A transport failure fails the entries of that pipeline only.
     pub async fn enqueue_all(&self, items: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
-        let chunks: Vec<&[Enqueue<'_>]> = items.chunks(PIPELINE_CHUNK).collect();
-        let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(chunks.into_iter().enumerate())
-            .map(|(i, chunk)| async move { (i, self.enqueue_chunk(chunk).await) })
+        let pipelines: Vec<_> = items
+            .chunks(PIPELINE_CHUNK)
+            .enumerate()
+            .map(|(i, chunk)| self.enqueue_chunk(chunk).map(move |r| (i, r)))
+            .collect();
+        let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(pipelines)
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
@@ -214,7 +218,10 @@ impl RedisSink {
                 .arg("dispatch_key")
                 .arg(e.dispatch_key.as_deref().unwrap_or(""))
                 .arg("created_at")
-                .arg(e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+                .arg(
+                    e.created_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                )
                 .arg("attempt")
                 .arg(e.attempts);
         }

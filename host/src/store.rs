@@ -344,7 +344,10 @@ pub async fn record_outcomes(
         .bind(claim.claimed_at)
         .execute(&mut *tx)
         .await
-        .context(format!("record_outcomes: mark {} events done", done_ids.len()))?
+        .context(format!(
+            "record_outcomes: mark {} events done",
+            done_ids.len()
+        ))?
         .rows_affected();
     }
     if !ids.is_empty() {
@@ -373,7 +376,10 @@ pub async fn record_outcomes(
         .bind(claim.claimed_at)
         .fetch_all(&mut *tx)
         .await
-        .context(format!("record_outcomes: {} retried or failed events", ids.len()))?;
+        .context(format!(
+            "record_outcomes: {} retried or failed events",
+            ids.len()
+        ))?;
         for row in rows {
             match row.get::<&str, _>("status") {
                 "pending" => counts.retried += 1,

@@ -12,7 +12,7 @@ pub mod router {
         pub_export_macro: true,
         export_macro_name: "__export_router_world",
         default_bindings_module: "outbox_plugin_sdk::__private::router",
-        runtime_path: "outbox_plugin_sdk::__private::wit_bindgen",
+        runtime_path: "outbox_plugin_sdk::__private::wit_bindgen::rt",
     });
 }
 
@@ -24,7 +24,7 @@ pub mod handler {
         pub_export_macro: true,
         export_macro_name: "__export_handler_world",
         default_bindings_module: "outbox_plugin_sdk::__private::handler",
-        runtime_path: "outbox_plugin_sdk::__private::wit_bindgen",
+        runtime_path: "outbox_plugin_sdk::__private::wit_bindgen::rt",
     });
 }
 
@@ -36,6 +36,6 @@ pub mod policy {
         pub_export_macro: true,
         export_macro_name: "__export_policy_world",
         default_bindings_module: "outbox_plugin_sdk::__private::policy",
-        runtime_path: "outbox_plugin_sdk::__private::wit_bindgen",
+        runtime_path: "outbox_plugin_sdk::__private::wit_bindgen::rt",
     });
 }

@@ -1,0 +1,81 @@
+//! The `router` world: decide which queues each event of a batch goes to.
+//!
+//! Implement [`Router`] and export it with [`export_router!`](crate::export_router). A router
+//! may only log: it cannot publish, touch the key-value store or make HTTP calls.
+
+use crate::bindings::router::exports::outbox::plugin::router_api::{
+    Event as WitEvent, Guest, RouteDecision,
+};
+use crate::{Config, Event};
+
+/// Where one event goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Hand the event to these queues (more than one: fan-out). Never empty.
+    Queues(Vec<String>),
+    /// No rule matches: the event fails at once with this explanation.
+    NoRoute(String),
+}
+
+impl Route {
+    /// Route to a single queue.
+    pub fn queue(queue: impl Into<String>) -> Self {
+        Self::Queues(vec![queue.into()])
+    }
+}
+
+/// A router plugin.
+///
+/// The host calls [`Router::route`] with a batch of claimed events and the plugin's JSON config
+/// from `routes.toml` (for the default prefix router: the routing table).
+pub trait Router {
+    /// Route `events`. Must return exactly one [`Route`] per event, in the same order; the host
+    /// rejects the whole batch otherwise.
+    fn route(config: &Config, events: Vec<Event>) -> Vec<Route>;
+}
+
+/// Adapts a [`Router`] to the generated `router-api` export. Used by [`export_router!`](crate::export_router).
+#[doc(hidden)]
+pub struct RouterExport<R>(std::marker::PhantomData<R>);
+
+impl<R: Router> Guest for RouterExport<R> {
+    fn route(config: String, events: Vec<WitEvent>) -> Vec<RouteDecision> {
+        let events = events.into_iter().map(Event::from).collect();
+        R::route(&Config::new(config), events)
+            .into_iter()
+            .map(|route| match route {
+                Route::Queues(queues) => RouteDecision::Queues(queues),
+                Route::NoRoute(reason) => RouteDecision::NoRoute(reason),
+            })
+            .collect()
+    }
+}
+
+/// Export a [`Router`] implementation as this component's `router-api`.
+///
+/// Use it once, at the top level of a `cdylib` crate:
+///
+/// ```no_run
+/// use outbox_plugin_sdk::{router::{Route, Router}, Config, Event};
+///
+/// struct Everything;
+///
+/// impl Router for Everything {
+///     fn route(_config: &Config, events: Vec<Event>) -> Vec<Route> {
+///         events.iter().map(|_| Route::queue("outbox.everything")).collect()
+///     }
+/// }
+///
+/// outbox_plugin_sdk::export_router!(Everything);
+/// ```
+#[macro_export]
+macro_rules! export_router {
+    ($router:ty) => {
+        const _: () = {
+            type __OutboxRouterExport = $crate::router::RouterExport<$router>;
+            $crate::__private::router::__export_router_world!(
+                __OutboxRouterExport with_types_in $crate::__private::router
+            );
+        };
+    };
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run every test on a machine that may have nothing but the Rust toolchain and the services'
+# packages: starts PostgreSQL/Redis if needed, installs the wasm32-wasip2 target, builds the
+# plugins, then runs the whole workspace's tests (each sqlx::test makes its own database).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/}"
+scripts/services.sh
+if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+  rustup target add wasm32-wasip2
+fi
+if [ -f plugins/Cargo.toml ]; then
+  scripts/build-plugins.sh
+fi
+cargo test --workspace --all-targets "$@"
+cargo test --workspace --doc

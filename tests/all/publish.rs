@@ -1,0 +1,140 @@
+//! Publishing: transactional, idempotent, validated before anything is written.
+
+use outbox_host::{publish, NewEvent, PublishError};
+use outbox_tests::TestEnv;
+use serde_json::json;
+use sqlx::PgPool;
+
+#[sqlx::test(migrations = "../migrations")]
+async fn rolled_back_publish_leaves_nothing(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let mut tx = env.pool.begin().await.unwrap();
+    let id = publish(
+        &mut tx,
+        NewEvent::new("mail.welcome", json!({"to": "a@b.c"})),
+    )
+    .await
+    .unwrap();
+    assert!(id > 0);
+    tx.rollback().await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "a rolled-back publish must leave no event");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn duplicate_dispatch_key_gives_one_event(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let first = env
+        .publish_all(vec![
+            NewEvent::new("mail.welcome", json!({"n": 1})).with_dispatch_key("k-1")
+        ])
+        .await[0];
+    let second = env
+        .publish_all(vec![
+            NewEvent::new("mail.welcome", json!({"n": 2})).with_dispatch_key("k-1")
+        ])
+        .await[0];
+    assert_eq!(first, second);
+    // The SQL function for other languages behaves the same.
+    let third: i64 = sqlx::query_scalar(
+        "SELECT outbox_publish('mail.welcome', '{\"n\":3}'::jsonb, NULL, 'k-1')",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(first, third);
+    let rows: Vec<(i64, serde_json::Value)> =
+        sqlx::query_as("SELECT id, payload FROM outbox_event")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        rows,
+        vec![(first, json!({"n": 1}))],
+        "the first event wins, nothing else is written"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sql_function_publishes_inside_the_callers_transaction(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let mut tx = env.pool.begin().await.unwrap();
+    let id: i64 = sqlx::query_scalar(
+        "SELECT outbox_publish('audit.login', '{\"user\": 7}'::jsonb, 'tenant-a', NULL, '{\"trace\": \"t1\"}'::jsonb)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(env.count("pending").await, 0, "rolled back with the caller");
+    let id2: i64 = sqlx::query_scalar(
+        "SELECT outbox_publish('audit.login', '{\"user\": 7}'::jsonb, 'tenant-a')",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert!(id2 > id);
+    let (tenant, status): (Option<String>, String) =
+        sqlx::query_as("SELECT tenant_id, status FROM outbox_event WHERE id = $1")
+            .bind(id2)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (tenant.as_deref(), status.as_str()),
+        (Some("tenant-a"), "pending")
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn bad_input_to_publish_is_rejected_and_writes_nothing(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let mut tx = env.pool.begin().await.unwrap();
+    let bad_type = publish(&mut tx, NewEvent::new("MailWelcome", json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(bad_type, PublishError::InvalidEventType(_)));
+    assert!(
+        bad_type.to_string().contains("lowercase dot-separated"),
+        "{bad_type}"
+    );
+    let one_segment = publish(&mut tx, NewEvent::new("mail", json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(one_segment, PublishError::InvalidEventType(_)));
+    let not_object = publish(&mut tx, NewEvent::new("mail.welcome", json!("text")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        not_object.to_string(),
+        "payload of mail.welcome must be a JSON object, got a string"
+    );
+    let big = json!({"blob": "x".repeat(300 * 1024)});
+    let oversize = publish(&mut tx, NewEvent::new("mail.welcome", big))
+        .await
+        .unwrap_err();
+    assert!(
+        oversize
+            .to_string()
+            .contains("over the limit of 262144 bytes"),
+        "{oversize}"
+    );
+    tx.commit().await.unwrap();
+
+    for (sql, expected) in [
+        ("SELECT outbox_publish('Bad.Type', '{}'::jsonb)", "invalid event type"),
+        ("SELECT outbox_publish('mail.welcome', '[1,2]'::jsonb)", "payload must be a JSON object, got array"),
+        ("SELECT outbox_publish('mail.welcome', '{\"text\": \"longer than ten bytes\"}'::jsonb, NULL, NULL, '{}'::jsonb, NULL, 1, NULL, 10)", "over the limit of 10 bytes"),
+    ] {
+        let err = sqlx::query(sql).execute(&env.pool).await.unwrap_err();
+        assert!(err.to_string().contains(expected), "{sql}: {err}");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+}
