@@ -22,6 +22,64 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
+/// `plugins/dist`: the built plugins (`scripts/build-plugins.sh`).
+pub fn dist_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist")
+}
+
+/// Path of a built plugin: `name` from `plugins/dist`, or `test/name` for a test plugin.
+pub fn plugin_file(name: &str) -> std::path::PathBuf {
+    let path = dist_dir().join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: build the plugins with scripts/build-plugins.sh (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// A private plugin directory and routes file for one test, so it can replace files freely.
+pub struct PluginFixture {
+    /// Holds the directory alive.
+    pub dir: tempfile::TempDir,
+    /// `routes.toml` inside it.
+    pub routes_path: std::path::PathBuf,
+}
+
+impl PluginFixture {
+    /// Copy the named plugins (`name` or `test/name`, stored as `<basename>.wasm`) into a fresh
+    /// directory and write `routes_toml` beside them.
+    pub fn new(plugins: &[&str], routes_toml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for name in plugins {
+            let base = name.rsplit('/').next().unwrap();
+            std::fs::copy(plugin_file(name), dir.path().join(format!("{base}.wasm"))).unwrap();
+        }
+        let routes_path = dir.path().join("routes.toml");
+        std::fs::write(&routes_path, routes_toml).unwrap();
+        Self { dir, routes_path }
+    }
+
+    /// A config for this fixture on top of a test's settings.
+    pub fn config(&self, settings: &Settings) -> outbox_host::config::Config {
+        let routes = RoutesFile::load(&self.routes_path).expect("fixture routes.toml");
+        let mut settings = settings.clone();
+        settings.plugin_dir = self.dir.path().to_path_buf();
+        outbox_host::config::Config {
+            path: Some(self.routes_path.clone()),
+            routes,
+            settings,
+        }
+    }
+
+    /// Replace a file the way editors and deploy tools do: write a temp file, rename it over.
+    pub fn replace(&self, file_name: &str, bytes: &[u8]) {
+        let tmp = self.dir.path().join(format!(".{file_name}.tmp"));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join(file_name)).unwrap();
+    }
+}
+
 /// One test's world: its own database and its own Redis key prefix.
 pub struct TestEnv {
     /// The test database.
@@ -47,6 +105,7 @@ impl TestEnv {
             shutdown_grace: Duration::from_secs(5),
             backoff: vec![Duration::from_secs(1), Duration::from_secs(2)],
             http_addr: String::new(),
+            plugin_dir: dist_dir(),
             ..Settings::default()
         };
         let redis = redis::Client::open(redis_url())

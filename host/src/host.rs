@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::dispatch::{self, Dispatcher};
+use crate::plugin::reload::{build_router, LiveConfig};
+use crate::plugin::{PluginEngine, PluginError, PluginRegistry};
 use crate::routing::{Router, RouterHandle};
 use crate::store;
 
@@ -26,6 +28,9 @@ pub enum HostError {
     /// Migrations failed.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The plugin engine could not start.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
     /// Shutdown was requested before the host finished starting.
     #[error("shutdown requested while starting")]
     ShutdownDuringStart,
@@ -102,10 +107,24 @@ impl HostBuilder {
         };
         store::migrate(&pool).await?;
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
-        let router = self
-            .router
-            .unwrap_or_else(|| RouterHandle::new(config.routes.route_table()));
         let mut tasks = JoinSet::new();
+        let (router, live) = match self.router {
+            Some(router) => (router, None),
+            None => {
+                let live = start_plugins(&config).await?;
+                if config.path.is_some() {
+                    match live.clone().watch(shutdown.clone()) {
+                        Ok(watcher) => {
+                            tasks.spawn(async move {
+                                let _ = watcher.await;
+                            });
+                        }
+                        Err(e) => tracing::warn!(error = %e, "hot reload disabled: cannot watch files"),
+                    }
+                }
+                (live.router.clone(), Some(live))
+            }
+        };
         let mut dispatcher = None;
         if self
             .dispatcher_enabled
@@ -126,6 +145,7 @@ impl HostBuilder {
                 pool.clone(),
                 worker_id.clone(),
                 d.stats(),
+                live.as_ref().map(|l| l.registry.clone()),
                 settings.worker_queue_group.clone(),
                 shutdown.clone(),
             ));
@@ -152,6 +172,7 @@ impl HostBuilder {
             pool,
             router,
             config,
+            live,
         })
     }
 }
@@ -164,6 +185,7 @@ pub struct Host {
     pool: PgPool,
     router: RouterHandle,
     config: Config,
+    live: Option<LiveConfig>,
 }
 
 impl Host {
@@ -190,6 +212,11 @@ impl Host {
     /// The router handle (swap it to change routing live).
     pub fn router(&self) -> &RouterHandle {
         &self.router
+    }
+
+    /// The live (hot-reloaded) configuration and plugin registry, unless a router was supplied.
+    pub fn live(&self) -> Option<&LiveConfig> {
+        self.live.as_ref()
     }
 
     /// The configuration the host started with.
@@ -228,16 +255,38 @@ pub fn default_worker_id() -> String {
     )
 }
 
+/// Create the plugin engine and registry for `config`, load the plugins it declares (a plugin
+/// that fails to load is logged; the router falls back to the native table) and build the router.
+pub async fn start_plugins(config: &Config) -> Result<LiveConfig, HostError> {
+    let engine = PluginEngine::new()?;
+    let registry = Arc::new(PluginRegistry::new(engine, config.settings.plugin_dir.clone()));
+    for error in registry.apply_config_lenient(&config.routes).await {
+        tracing::error!("{error}");
+    }
+    let router = RouterHandle::from_box(build_router(&registry, &config.routes));
+    Ok(LiveConfig {
+        registry,
+        routes: Arc::new(arc_swap::ArcSwap::from_pointee(config.routes.clone())),
+        router,
+        routes_path: config.path.clone(),
+    })
+}
+
 async fn heartbeat_loop(
     pool: PgPool,
     worker_id: String,
     stats: Arc<dispatch::DispatchStats>,
+    plugins: Option<Arc<PluginRegistry>>,
     queue_group: Option<String>,
     shutdown: CancellationToken,
 ) {
     loop {
+        let mut counters = stats.to_json();
+        if let Some(registry) = &plugins {
+            counters["plugins"] = serde_json::to_value(registry.list()).unwrap_or_default();
+        }
         if let Err(e) =
-            store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &stats.to_json()).await
+            store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &counters).await
         {
             tracing::warn!(error = %e, "heartbeat failed");
         }

@@ -24,6 +24,7 @@ pub mod dispatch;
 pub mod host;
 pub mod http;
 pub mod ops;
+pub mod plugin;
 pub mod publish;
 pub mod routing;
 pub mod sink;

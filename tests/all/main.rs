@@ -5,4 +5,5 @@
 mod claim;
 mod dispatch;
 mod failures;
+mod plugins;
 mod publish;

@@ -1,0 +1,58 @@
+//! Plugin: the sandboxed WebAssembly runtime for routers, handlers and capability policies.
+//!
+//! Owns the one wasmtime [`PluginEngine`] (component model, pooling allocator, fuel and epoch
+//! deadlines), the [`PluginRegistry`] of compiled plugins and their hot reload, and the
+//! [`PluginRouter`] that routes through a router plugin. A plugin call never blocks the async
+//! executor (callers run it on a blocking thread), never outlives its limits, and a plugin that
+//! traps, loops or eats memory fails only its own call: the error comes back as text for the
+//! event's `last_error`.
+
+mod bindings;
+pub mod engine;
+pub mod registry;
+pub mod reload;
+pub mod router;
+
+pub use engine::{PluginEngine, PluginLimits, World};
+pub use registry::{LoadedPlugin, PluginInfo, PluginRegistry};
+pub use router::PluginRouter;
+
+/// The WIT package version the host implements (`outbox:plugin@0.1.0`).
+pub const WIT_VERSION: &str = "0.1.0";
+
+/// A plugin could not be loaded or a call failed. Messages name the plugin and say what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The file could not be read.
+    #[error("plugin {plugin}: cannot read {path}: {source}")]
+    Read {
+        /// Plugin name.
+        plugin: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid component, or does not fit the world it claims.
+    #[error("plugin {plugin}: {message}")]
+    Invalid {
+        /// Plugin name.
+        plugin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A call failed (trap, fuel, timeout, memory, malformed answer).
+    #[error("plugin {plugin}: {message}")]
+    Call {
+        /// Plugin name.
+        plugin: String,
+        /// What happened, readable by an operator.
+        message: String,
+    },
+    /// No plugin of that name is loaded.
+    #[error("plugin {0} is not loaded (declare it under [plugins] in routes.toml and put its .wasm in the plugin directory)")]
+    NotLoaded(String),
+    /// The engine could not be created.
+    #[error("plugin engine: {0}")]
+    Engine(String),
+}

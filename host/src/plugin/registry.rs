@@ -1,0 +1,319 @@
+//! The registry of loaded plugins: which version of each plugin serves now.
+//!
+//! Owns loading (read, hash, compile on a blocking thread, check the world), the atomic swap of a
+//! plugin's serving version, per-plugin call/error counters and the listing operators see. A
+//! failed load never replaces what is serving. Calls look a plugin up once and keep that version
+//! to the end, so a swap never changes a call in flight.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+
+use super::engine::{PluginEngine, PluginLimits, Prepared, World};
+use super::PluginError;
+use crate::config::{PluginSpec, RoutesFile};
+
+/// One compiled version of a plugin file.
+pub struct CompiledPlugin {
+    /// What the host instantiates per call.
+    pub prepared: Prepared,
+    /// SHA-256 of the file, hex.
+    pub hash: String,
+    /// When this version was loaded.
+    pub loaded_at: DateTime<Utc>,
+    /// File it came from.
+    pub path: PathBuf,
+}
+
+/// A plugin as it serves now: a compiled version plus its config, limits and grants.
+pub struct LoadedPlugin {
+    /// Name from `[plugins.NAME]`.
+    pub name: Arc<str>,
+    /// The compiled version.
+    pub compiled: Arc<CompiledPlugin>,
+    /// Per-call limits.
+    pub limits: PluginLimits,
+    /// `[plugins.NAME].config` as JSON text (router plugins also get the routing table).
+    pub config_json: String,
+    /// The declaration it was loaded from.
+    pub spec: PluginSpec,
+    /// Calls since this plugin name was first loaded.
+    pub calls: Arc<AtomicU64>,
+    /// Failed calls since this plugin name was first loaded.
+    pub errors: Arc<AtomicU64>,
+}
+
+impl LoadedPlugin {
+    /// The plugin's world.
+    pub fn world(&self) -> World {
+        self.compiled.prepared.world()
+    }
+
+    /// Count one call and its result.
+    pub fn record_call(&self, ok: bool) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("outbox_plugin_errors_total", "plugin" => self.name.to_string()).increment(1);
+        }
+        metrics::counter!("outbox_plugin_calls_total", "plugin" => self.name.to_string()).increment(1);
+    }
+}
+
+/// What `outbox plugins list` prints for one plugin.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PluginInfo {
+    /// Plugin name.
+    pub name: String,
+    /// `router`, `handler` or `policy`.
+    pub world: String,
+    /// SHA-256 of the serving file (first 16 hex digits).
+    pub hash: String,
+    /// When the serving version was loaded (RFC 3339).
+    pub loaded_at: String,
+    /// The file.
+    pub file: String,
+    /// Calls.
+    pub calls: u64,
+    /// Failed calls.
+    pub errors: u64,
+}
+
+/// All plugins of one host process.
+pub struct PluginRegistry {
+    engine: PluginEngine,
+    dir: PathBuf,
+    plugins: ArcSwap<BTreeMap<String, Arc<LoadedPlugin>>>,
+}
+
+impl PluginRegistry {
+    /// An empty registry reading `.wasm` files from `dir`.
+    pub fn new(engine: PluginEngine, dir: impl Into<PathBuf>) -> Self {
+        Self {
+            engine,
+            dir: dir.into(),
+            plugins: ArcSwap::from_pointee(BTreeMap::new()),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &PluginEngine {
+        &self.engine
+    }
+
+    /// The plugin directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The serving version of `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.plugins.load().get(name).cloned()
+    }
+
+    /// The file a spec points at.
+    pub fn file_of(&self, name: &str, spec: &PluginSpec) -> PathBuf {
+        self.dir.join(spec.file.clone().unwrap_or_else(|| format!("{name}.wasm")))
+    }
+
+    /// Read and compile one file (CPU-heavy; runs on a blocking thread).
+    pub async fn compile_file(&self, name: &str, path: &Path) -> Result<Arc<CompiledPlugin>, PluginError> {
+        let bytes = tokio::fs::read(path).await.map_err(|source| PluginError::Read {
+            plugin: name.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let engine = self.engine.clone();
+        let owned_name = name.to_string();
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || compile_bytes(&engine, &owned_name, &bytes, &path))
+            .await
+            .map_err(|e| PluginError::Invalid {
+                plugin: name.to_string(),
+                message: format!("compilation panicked: {e}"),
+            })?
+    }
+
+    /// Load every plugin `routes` declares and make that set serve, or change nothing and
+    /// return the first error. Unchanged files are not recompiled.
+    pub async fn apply_config(&self, routes: &RoutesFile) -> Result<(), PluginError> {
+        let current = self.plugins.load_full();
+        let mut next = BTreeMap::new();
+        for (name, spec) in &routes.plugins {
+            let path = self.file_of(name, spec);
+            let old = current.get(name);
+            let compiled = match old {
+                Some(old) if old.compiled.path == path => {
+                    if file_hash(&path).await.as_deref() == Some(&old.compiled.hash) {
+                        old.compiled.clone()
+                    } else {
+                        // The file changed too: take the new version if it is good, otherwise
+                        // keep serving the old one (the file watcher reports the bad file).
+                        match self.compile_file(name, &path).await {
+                            Ok(compiled) => compiled,
+                            Err(e) => {
+                                tracing::warn!("{e}; keeping the serving version of {name}");
+                                old.compiled.clone()
+                            }
+                        }
+                    }
+                }
+                _ => self.compile_file(name, &path).await?,
+            };
+            let plugin = LoadedPlugin {
+                name: Arc::from(name.as_str()),
+                limits: PluginLimits::from_spec(spec),
+                config_json: plugin_config_json(name, spec, routes, compiled.prepared.world()),
+                spec: spec.clone(),
+                calls: old.map(|o| o.calls.clone()).unwrap_or_default(),
+                errors: old.map(|o| o.errors.clone()).unwrap_or_default(),
+                compiled,
+            };
+            next.insert(name.clone(), Arc::new(plugin));
+        }
+        for (name, plugin) in &next {
+            if current.get(name).map(|o| &o.compiled.hash) != Some(&plugin.compiled.hash) {
+                tracing::info!(plugin = %name, world = %plugin.world(), hash = %short(&plugin.compiled.hash), "plugin loaded");
+            }
+        }
+        self.plugins.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// Load what loads of `routes`' plugins (start-up: a missing or broken plugin must not stop
+    /// the rest). Returns the errors of the plugins left out.
+    pub async fn apply_config_lenient(&self, routes: &RoutesFile) -> Vec<PluginError> {
+        let mut errors = Vec::new();
+        let mut usable = routes.clone();
+        for (name, spec) in &routes.plugins {
+            let path = self.file_of(name, spec);
+            if let Err(e) = self.compile_file(name, &path).await {
+                usable.plugins.remove(name);
+                errors.push(e);
+            }
+        }
+        if let Err(e) = self.apply_config(&usable).await {
+            errors.push(e);
+        }
+        errors
+    }
+
+    /// Recompile the plugins whose file is `path` and swap them in; on failure the old version
+    /// keeps serving and the error is returned. Returns the names reloaded.
+    pub async fn reload_file(&self, path: &Path) -> Result<Vec<String>, PluginError> {
+        let current = self.plugins.load_full();
+        let users: Vec<Arc<LoadedPlugin>> = current
+            .values()
+            .filter(|p| same_file(&p.compiled.path, path))
+            .cloned()
+            .collect();
+        let Some(first) = users.first() else { return Ok(vec![]) };
+        if file_hash(path).await.as_deref() == Some(&first.compiled.hash) {
+            return Ok(vec![]);
+        }
+        let compiled = self.compile_file(&first.name, path).await?;
+        let mut next = (*self.plugins.load_full()).clone();
+        let mut names = Vec::new();
+        for user in users {
+            if compiled.prepared.world() != user.world() {
+                return Err(PluginError::Invalid {
+                    plugin: user.name.to_string(),
+                    message: format!(
+                        "the new file implements the {} world, but this plugin is a {}; keeping the old version",
+                        compiled.prepared.world(),
+                        user.world()
+                    ),
+                });
+            }
+            next.insert(
+                user.name.to_string(),
+                Arc::new(LoadedPlugin {
+                    name: user.name.clone(),
+                    compiled: compiled.clone(),
+                    limits: user.limits,
+                    config_json: user.config_json.clone(),
+                    spec: user.spec.clone(),
+                    calls: user.calls.clone(),
+                    errors: user.errors.clone(),
+                }),
+            );
+            names.push(user.name.to_string());
+        }
+        self.plugins.store(Arc::new(next));
+        for name in &names {
+            tracing::info!(plugin = %name, hash = %short(&compiled.hash), "plugin reloaded");
+        }
+        Ok(names)
+    }
+
+    /// Every loaded plugin, for listings and the heartbeat.
+    pub fn list(&self) -> Vec<PluginInfo> {
+        self.plugins
+            .load()
+            .values()
+            .map(|p| PluginInfo {
+                name: p.name.to_string(),
+                world: p.world().to_string(),
+                hash: short(&p.compiled.hash).to_string(),
+                loaded_at: p.compiled.loaded_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                file: p.compiled.path.display().to_string(),
+                calls: p.calls.load(Ordering::Relaxed),
+                errors: p.errors.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+/// Compile bytes into a plugin version (no registry needed: `outbox plugins check`).
+pub fn compile_bytes(engine: &PluginEngine, name: &str, bytes: &[u8], path: &Path) -> Result<Arc<CompiledPlugin>, PluginError> {
+    let prepared = engine.prepare(name, bytes)?;
+    Ok(Arc::new(CompiledPlugin {
+        prepared,
+        hash: hex::encode(Sha256::digest(bytes)),
+        loaded_at: Utc::now(),
+        path: path.to_path_buf(),
+    }))
+}
+
+/// The JSON config a plugin receives: `[plugins.NAME].config`, plus `routes` (the routing
+/// table, prefix -> queues) for router plugins.
+pub fn plugin_config_json(name: &str, spec: &PluginSpec, routes: &RoutesFile, world: World) -> String {
+    let mut config = spec
+        .config
+        .as_ref()
+        .and_then(|c| serde_json::to_value(c).ok())
+        .unwrap_or_else(|| serde_json::json!({}));
+    if world == World::Router {
+        if let Some(obj) = config.as_object_mut() {
+            obj.entry("routes").or_insert_with(|| {
+                serde_json::Value::Object(
+                    routes
+                        .routes
+                        .iter()
+                        .map(|(prefix, queues)| (prefix.clone(), serde_json::json!(queues.to_vec())))
+                        .collect(),
+                )
+            });
+        }
+    }
+    let _ = name;
+    config.to_string()
+}
+
+async fn file_hash(path: &Path) -> Option<String> {
+    let bytes = tokio::fs::read(path).await.ok()?;
+    Some(hex::encode(Sha256::digest(&bytes)))
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b || a.file_name() == b.file_name() && std::fs::canonicalize(a).ok().zip(std::fs::canonicalize(b).ok()).is_some_and(|(x, y)| x == y)
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(16)]
+}

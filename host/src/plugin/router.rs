@@ -1,0 +1,161 @@
+//! Routing through router plugins: the [`Router`] seam implemented in WebAssembly.
+//!
+//! Owns turning claimed events into the WIT `event` record, splitting a batch between the default
+//! router plugin and `[router.overrides]` (longest prefix), and mapping answers back to
+//! [`RouteDecision`]s. It looks each plugin up once per batch, so a hot reload takes effect at the
+//! next batch and never inside one. It never touches PostgreSQL or Redis.
+
+use std::sync::Arc;
+
+use super::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitDecision;
+use super::bindings::WitEvent;
+use super::engine::Prepared;
+use super::{PluginError, PluginRegistry};
+use crate::config::RoutesFile;
+use crate::routing::{RouteDecision, RouteTable, Router, RouterError};
+use crate::store::ClaimedEvent;
+
+/// Routes with router plugins from the registry, as `[router]` in `routes.toml` says.
+pub struct PluginRouter {
+    registry: Arc<PluginRegistry>,
+    default_plugin: String,
+    /// (prefix, plugin) most specific first; plugin `native` means the built-in table.
+    overrides: Vec<(String, String)>,
+    native: RouteTable,
+}
+
+impl PluginRouter {
+    /// A router for `routes` (its `[router]` section and table) over loaded plugins.
+    pub fn new(registry: Arc<PluginRegistry>, routes: &RoutesFile) -> Self {
+        let mut overrides: Vec<(String, String)> = routes.router.overrides.clone().into_iter().collect();
+        overrides.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(b.0.starts_with('*').cmp(&a.0.starts_with('*')).reverse()));
+        Self {
+            registry,
+            default_plugin: routes.router.plugin.clone(),
+            overrides,
+            native: routes.route_table(),
+        }
+    }
+
+    fn plugin_for(&self, event_type: &str) -> &str {
+        for (prefix, plugin) in &self.overrides {
+            let matches = match prefix.strip_prefix('*') {
+                Some(rest) => event_type.find('.').is_some_and(|dot| event_type[dot..].starts_with(rest)),
+                None => event_type.starts_with(prefix.as_str()),
+            };
+            if matches {
+                return plugin;
+            }
+        }
+        &self.default_plugin
+    }
+
+    /// Route `events` with one router plugin (one instantiation, one call for the batch).
+    pub fn route_with(&self, plugin_name: &str, events: &[&ClaimedEvent]) -> Result<Vec<RouteDecision>, PluginError> {
+        if plugin_name == "native" {
+            return Ok(events.iter().map(|e| self.native.route(&e.event_type)).collect());
+        }
+        let plugin = self
+            .registry
+            .get(plugin_name)
+            .ok_or_else(|| PluginError::NotLoaded(plugin_name.to_string()))?;
+        let Prepared::Router(pre) = &plugin.compiled.prepared else {
+            return Err(PluginError::Invalid {
+                plugin: plugin_name.to_string(),
+                message: format!("is a {} plugin, not a router", plugin.world()),
+            });
+        };
+        let wit_events: Vec<WitEvent> = events.iter().map(|e| to_wit_event(e)).collect();
+        let result = self
+            .registry
+            .engine()
+            .call_router(&plugin.name, pre, &plugin.limits, &plugin.config_json, &wit_events);
+        let answer = match result {
+            Ok(answer) if answer.len() == events.len() => answer,
+            Ok(answer) => {
+                plugin.record_call(false);
+                return Err(PluginError::Call {
+                    plugin: plugin_name.to_string(),
+                    message: format!("returned {} routes for {} events", answer.len(), events.len()),
+                });
+            }
+            Err(e) => {
+                plugin.record_call(false);
+                return Err(e);
+            }
+        };
+        plugin.record_call(true);
+        Ok(answer
+            .into_iter()
+            .map(|d| match d {
+                WitDecision::Queues(q) if q.is_empty() => {
+                    RouteDecision::Error(format!("router plugin {plugin_name} returned no queue"))
+                }
+                WitDecision::Queues(q) => match q.iter().find(|q| crate::config::validate_queue_name(q).is_err()) {
+                    Some(bad) => RouteDecision::Error(format!("router plugin {plugin_name} returned an invalid queue name {bad:?}")),
+                    None => RouteDecision::Queues(q),
+                },
+                WitDecision::NoRoute(reason) => RouteDecision::NoRoute(reason),
+            })
+            .collect())
+    }
+}
+
+/// The WIT record of a claimed event.
+pub fn to_wit_event(e: &ClaimedEvent) -> WitEvent {
+    WitEvent {
+        id: e.id,
+        event_type: e.event_type.clone(),
+        event_version: e.event_version,
+        tenant_id: e.tenant_id.clone(),
+        payload: e.payload.clone(),
+        headers: e.headers.clone(),
+        dispatch_key: e.dispatch_key.clone(),
+        created_at: e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+    }
+}
+
+impl Router for PluginRouter {
+    fn name(&self) -> &str {
+        &self.default_plugin
+    }
+
+    fn route_batch(&self, events: &[ClaimedEvent]) -> Result<Vec<RouteDecision>, RouterError> {
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            let plugin = self.plugin_for(&e.event_type);
+            match groups.iter_mut().find(|(p, _)| *p == plugin) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((plugin, vec![i])),
+            }
+        }
+        let mut decisions: Vec<Option<RouteDecision>> = vec![None; events.len()];
+        for (plugin, indices) in groups {
+            let batch: Vec<&ClaimedEvent> = indices.iter().map(|i| &events[*i]).collect();
+            match self.route_with(plugin, &batch) {
+                Ok(answer) => {
+                    for (i, d) in indices.into_iter().zip(answer) {
+                        decisions[i] = Some(d);
+                    }
+                }
+                Err(e) if groups_is_whole(events.len(), batch.len()) => {
+                    return Err(RouterError {
+                        router: plugin.to_string(),
+                        message: e.to_string(),
+                    })
+                }
+                Err(e) => {
+                    // Only this plugin's events fail; the others keep their answers.
+                    for i in indices {
+                        decisions[i] = Some(RouteDecision::Error(e.to_string()));
+                    }
+                }
+            }
+        }
+        Ok(decisions.into_iter().map(|d| d.expect("every event routed")).collect())
+    }
+}
+
+fn groups_is_whole(total: usize, group: usize) -> bool {
+    total == group && total > 1
+}

@@ -1,0 +1,251 @@
+//! Router plugins: same answers as the native table, sandboxed, limited, hot-reloaded.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_host::config::{RoutesFile, DEFAULT_ROUTES_TOML};
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::host::start_plugins;
+use outbox_host::routing::{RouteDecision, Router};
+use outbox_host::store::ClaimedEvent;
+use outbox_host::NewEvent;
+use outbox_tests::{plugin_file, PluginFixture, TestEnv};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+fn claimed(id: i64, event_type: &str) -> ClaimedEvent {
+    ClaimedEvent {
+        id,
+        tenant_id: None,
+        event_type: event_type.into(),
+        event_version: 1,
+        payload: "{}".into(),
+        headers: "{}".into(),
+        dispatch_key: None,
+        ordering_key: None,
+        attempts: 1,
+        created_at: chrono::Utc::now(),
+        recovered_lease: false,
+    }
+}
+
+/// The default table plus edge cases: a wildcard, a fan-out, a longer prefix under a shorter one.
+fn edge_case_routes() -> String {
+    DEFAULT_ROUTES_TOML.replace(
+        "[routes]\n",
+        "[routes]\n\"*.deleted\" = \"outbox.audit\"\n\"order.\" = [\"outbox.audit\", \"outbox.search-index\"]\n\"mail.bounce.\" = \"outbox.webhook\"\n",
+    )
+}
+
+fn plugin_routes(extra: &str) -> String {
+    format!(
+        "{}\n{extra}",
+        edge_case_routes()
+            .replace("[plugins.capability-policy]\nmemory_mb = 16\ntimeout_ms = 200\n", "")
+    )
+}
+
+#[tokio::test]
+async fn router_plugin_gives_the_same_queues_as_the_native_table() {
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
+    let config = fixture.config(&outbox_host::config::Settings::default());
+    let live = start_plugins(&config).await.unwrap();
+    let router = live.router.current();
+    assert_eq!(router.name(), "prefix-router", "routing goes through the plugin");
+    let native = config.routes.route_table();
+    let mut types: Vec<String> = native.rules().iter().map(|r| format!("{}x", r.prefix.trim_start_matches('*'))).collect();
+    types.extend(
+        [
+            "user.deleted",
+            "order.deleted",
+            "deleted.user",
+            "order.placed",
+            "mail.bounce.hard",
+            "mail.bouncer",
+            "mail.welcome",
+            "tenant.subscription.created",
+            "tenant.other",
+            "billing",
+            "search.indexer",
+            "plugin.hook.x.y.z",
+            "unknown.type",
+            "a.b",
+        ]
+        .map(String::from),
+    );
+    let events: Vec<ClaimedEvent> = types.iter().enumerate().map(|(i, t)| claimed(i as i64, t)).collect();
+    let from_plugin = router.route_batch(&events).unwrap();
+    let from_table = native.route_batch(&events).unwrap();
+    for ((t, p), n) in types.iter().zip(&from_plugin).zip(&from_table) {
+        assert_eq!(p, n, "{t}");
+    }
+    assert_eq!(
+        from_plugin[types.iter().position(|t| t == "order.placed").unwrap()],
+        RouteDecision::Queues(vec!["outbox.audit".into(), "outbox.search-index".into()])
+    );
+    assert!(matches!(&from_plugin[types.iter().position(|t| t == "unknown.type").unwrap()], RouteDecision::NoRoute(_)));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let limits = "fuel = 200_000_000\nmemory_mb = 16\ntimeout_ms = 500\n";
+    let extra = format!(
+        "[router.overrides]\n\"evil.loop.\" = \"loop-forever\"\n\"evil.alloc.\" = \"alloc-forever\"\n\"evil.trap.\" = \"trap\"\n\"evil.garbage.\" = \"garbage\"\n\
+         [plugins.loop-forever]\n{limits}[plugins.alloc-forever]\n{limits}[plugins.trap]\n{limits}[plugins.garbage]\n{limits}"
+    );
+    let fixture = PluginFixture::new(
+        &["prefix-router", "test/loop-forever", "test/alloc-forever", "test/trap", "test/garbage"],
+        &plugin_routes(&extra),
+    );
+    let config = fixture.config(&env.settings);
+    let live = start_plugins(&config).await.unwrap();
+    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), Arc::new(config.settings.clone()), "w1");
+    let ids = env
+        .publish_all(vec![
+            NewEvent::new("mail.welcome", json!({})),
+            NewEvent::new("evil.loop.x", json!({})),
+            NewEvent::new("audit.login", json!({})),
+            NewEvent::new("evil.alloc.x", json!({})),
+            NewEvent::new("evil.trap.x", json!({})),
+            NewEvent::new("evil.garbage.x", json!({})),
+            NewEvent::new("webhook.sent", json!({})),
+        ])
+        .await;
+    let started = Instant::now();
+    let report = dispatcher.drain().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20), "limits end runaway plugins");
+    assert_eq!(report.done, 3, "the good events go on: {report:?}");
+    for (id, expect) in [
+        (ids[1], "loop-forever"),
+        (ids[3], "alloc-forever"),
+        (ids[4], "trap"),
+        (ids[5], "garbage"),
+    ] {
+        let (status, _, error) = env.status(id).await;
+        let error = error.unwrap();
+        assert_eq!(status, "pending", "{expect} retries later");
+        assert!(error.contains(&format!("plugin {expect}")), "{error}");
+        match expect {
+            "loop-forever" => assert!(error.contains("ran out of fuel") || error.contains("time limit"), "{error}"),
+            "alloc-forever" => assert!(error.contains("memory limit"), "{error}"),
+            "trap" => assert!(error.contains("trapped"), "{error}"),
+            _ => assert!(error.contains("returned"), "{error}"),
+        }
+        println!("{expect}: {error}");
+    }
+    assert_eq!(env.event_ids("outbox.mail").await, vec![ids[0]]);
+    let plugins = live.registry.list();
+    let trap = plugins.iter().find(|p| p.name == "trap").unwrap();
+    assert_eq!((trap.calls, trap.errors), (1, 1));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_guest_cannot_read_files_env_or_open_sockets() {
+    let extra = "[router.overrides]\n\"probe.\" = \"sandbox-probe\"\n[plugins.sandbox-probe]\n";
+    let fixture = PluginFixture::new(&["prefix-router", "test/sandbox-probe"], &plugin_routes(extra));
+    // Make sure there is something to find if the sandbox leaked.
+    std::env::set_var("OUTBOX_PROBE_SECRET", "leak");
+    let live = start_plugins(&fixture.config(&outbox_host::config::Settings::default())).await.unwrap();
+    let decisions = live.router.current().route_batch(&[claimed(1, "probe.everything")]).unwrap();
+    let RouteDecision::Queues(found) = &decisions[0] else { panic!("{decisions:?}") };
+    for expected in ["probe.file-denied", "probe.env-empty", "probe.socket-denied"] {
+        assert!(found.contains(&expected.to_string()), "{expected} not in {found:?}");
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.dispatch_interval = Duration::from_millis(50);
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
+    let config = fixture.config(&env.settings);
+    let live = start_plugins(&config).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let watcher = live.clone().watch(shutdown.clone()).unwrap();
+    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), Arc::new(config.settings.clone()), "w1");
+    let run = tokio::spawn(dispatcher.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await; // watcher armed
+
+    let mut ids = Vec::new();
+    let mut written_at = None;
+    let mut switched_after = None;
+    let alt = std::fs::read(plugin_file("test/prefix-router-alt")).unwrap();
+    for i in 0..300 {
+        ids.extend(env.publish_all(vec![NewEvent::new("mail.welcome", json!({"i": i}))]).await);
+        if i == 100 {
+            fixture.replace("prefix-router.wasm", &alt);
+            written_at = Some(Instant::now());
+        }
+        if switched_after.is_none() && written_at.is_some() && !env.event_ids("outbox.alt").await.is_empty() {
+            switched_after = Some(written_at.unwrap().elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while env.count("done").await < ids.len() as i64 {
+        assert!(Instant::now() < deadline, "not all events were dispatched");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let old = env.event_ids("outbox.mail").await;
+    let new = env.event_ids("outbox.alt").await;
+    let all: HashSet<i64> = old.iter().chain(&new).copied().collect();
+    assert_eq!(old.len() + new.len(), ids.len(), "none twice");
+    assert_eq!(all, ids.iter().copied().collect(), "none lost");
+    assert!(!old.is_empty() && !new.is_empty());
+    assert!(old.iter().max() < new.iter().min(), "a clean switch: old route before, new route after");
+    let switched_after = switched_after.expect("switched during the run");
+    println!("switched {switched_after:?} after the write");
+    assert!(switched_after < Duration::from_secs(1), "switch took {switched_after:?}");
+    shutdown.cancel();
+    run.await.unwrap();
+    watcher.await.unwrap();
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
+    let config = fixture.config(&env.settings);
+    let live = start_plugins(&config).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let watcher = live.clone().watch(shutdown.clone()).unwrap();
+    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), Arc::new(config.settings.clone()), "w1");
+    let hash_before = live.registry.list()[0].hash.clone();
+
+    fixture.replace("prefix-router.wasm", b"\0asm this is not a component");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(live.registry.list()[0].hash, hash_before, "broken .wasm rejected");
+    let a = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+    dispatcher.drain().await.unwrap();
+    assert_eq!(env.event_ids("outbox.mail").await, vec![a], "routing still works");
+
+    fixture.replace("routes.toml", b"[routes\n\"mail.\" = ");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    fixture.replace("routes.toml", plugin_routes("[settings]\nnot_a_setting = 1\n").as_bytes());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let b = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+    dispatcher.drain().await.unwrap();
+    assert_eq!(env.event_ids("outbox.mail").await, vec![a, b], "old routes keep serving");
+
+    // A valid edit is applied.
+    fixture.replace("routes.toml", plugin_routes("").replace("\"mail.\" = \"outbox.mail\"", "\"mail.\" = \"outbox.mail-v2\"").as_bytes());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+        dispatcher.drain().await.unwrap();
+        if env.event_ids("outbox.mail-v2").await == vec![c] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "valid routes.toml edit not applied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = RoutesFile::default();
+    shutdown.cancel();
+    watcher.await.unwrap();
+    env.cleanup().await;
+}
