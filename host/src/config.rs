@@ -97,6 +97,36 @@ impl Default for RouterSection {
     }
 }
 
+/// `[policy]`: which plugin decides capability checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    /// Policy plugin name from `[plugins]`; `deny-all` refuses every call but `log` without
+    /// running WebAssembly (used when no policy plugin is declared).
+    #[serde(default = "default_policy_plugin")]
+    pub plugin: String,
+    /// Publish a `plugin.capability-use.denied` event for every denial.
+    #[serde(default = "default_true")]
+    pub publish_denials: bool,
+}
+
+fn default_policy_plugin() -> String {
+    "capability-policy".to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for PolicySection {
+    fn default() -> Self {
+        Self {
+            plugin: default_policy_plugin(),
+            publish_denials: true,
+        }
+    }
+}
+
 /// Capability grants of one plugin (`[plugins.NAME.grants]`), evaluated by the policy plugin.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,6 +140,10 @@ pub struct Grants {
     /// Hosts (`host` or `host:port`) the plugin may call over HTTP.
     #[serde(default)]
     pub http: Vec<String>,
+    /// Name of an environment variable holding an HMAC-SHA256 secret: when set, the host signs
+    /// this plugin's outbound HTTP requests (the plugin never sees the secret).
+    #[serde(default)]
+    pub http_signing_secret_env: Option<String>,
 }
 
 /// `[plugins.NAME]`: one WebAssembly plugin, its limits, config and grants.
@@ -173,6 +207,16 @@ pub struct FileSettings {
     pub plugin_dir: Option<String>,
     /// `OUTBOX_HTTP_ADDR`
     pub http_addr: Option<String>,
+    /// `OUTBOX_HANDLER_MAX_RETRIES`
+    pub handler_max_retries: Option<u32>,
+    /// `OUTBOX_HANDLER_BACKOFF_SECONDS`
+    pub handler_backoff_seconds: Option<Vec<u64>>,
+    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS`
+    pub idempotency_ttl_seconds: Option<u64>,
+    /// `OUTBOX_RECEIVER_LEASE_MS`
+    pub receiver_lease_ms: Option<u64>,
+    /// `OUTBOX_RECEIVER_CONCURRENCY`
+    pub receiver_concurrency: Option<usize>,
 }
 
 /// The parsed `routes.toml`.
@@ -191,9 +235,13 @@ pub struct RoutesFile {
     /// Queue group name -> queues its receivers consume.
     #[serde(default)]
     pub queue_groups: BTreeMap<String, Vec<String>>,
-    /// Queue -> handler plugin that consumes it.
+    /// Queue -> handler plugin that consumes it (`builtin:plugin-invoke` is the host's own
+    /// handler that calls a subscribed plugin's hook).
     #[serde(default)]
     pub handlers: BTreeMap<String, String>,
+    /// Capability policy.
+    #[serde(default)]
+    pub policy: PolicySection,
     /// Plugin name -> spec.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginSpec>,
@@ -287,11 +335,17 @@ impl RoutesFile {
         for (queue, plugin) in &self.handlers {
             validate_queue_name(queue)
                 .map_err(|m| invalid(format!("[handlers] '{queue}': {m}")))?;
-            if !known_plugin(plugin) {
+            if !known_plugin(plugin) && !plugin.starts_with("builtin:") {
                 return Err(invalid(format!(
                     "[handlers] '{queue}' = '{plugin}' is not declared under [plugins]"
                 )));
             }
+        }
+        if self.policy.plugin != "deny-all" && !known_plugin(&self.policy.plugin) && !self.plugins.is_empty() {
+            return Err(invalid(format!(
+                "[policy] plugin = '{}' is not declared under [plugins] (use \"deny-all\" to refuse every capability)",
+                self.policy.plugin
+            )));
         }
         for (name, spec) in &self.plugins {
             if name.is_empty()
@@ -404,6 +458,16 @@ pub struct Settings {
     pub http_addr: String,
     /// Queue group consumed by `outbox run` (`WORKER_QUEUE_GROUP`; `None` = all groups).
     pub worker_queue_group: Option<String>,
+    /// Handler retries before an entry goes to the dead-letter stream.
+    pub handler_max_retries: u32,
+    /// Handler retry delay after attempt n is `handler_backoff[min(n, len) - 1]`.
+    pub handler_backoff: Vec<Duration>,
+    /// TTL of receiver idempotency records (longer than the longest retry window).
+    pub idempotency_ttl: Duration,
+    /// How long a receiver may hold an entry before another consumer reclaims it.
+    pub receiver_lease: Duration,
+    /// Entries handled at once per queue.
+    pub receiver_concurrency: usize,
 }
 
 impl Default for Settings {
@@ -430,6 +494,14 @@ impl Default for Settings {
             plugin_dir: PathBuf::from("plugins/dist"),
             http_addr: "127.0.0.1:9464".into(),
             worker_queue_group: None,
+            handler_max_retries: 5,
+            handler_backoff: [1, 5, 30, 120, 600]
+                .into_iter()
+                .map(Duration::from_secs)
+                .collect(),
+            idempotency_ttl: Duration::from_secs(24 * 3600),
+            receiver_lease: Duration::from_millis(60_000),
+            receiver_concurrency: 8,
         }
     }
 }
@@ -545,7 +617,45 @@ impl Settings {
             s.http_addr = a;
         }
         s.worker_queue_group = env("WORKER_QUEUE_GROUP").filter(|g| !g.trim().is_empty());
+        s.handler_max_retries = parse(&env, "OUTBOX_HANDLER_MAX_RETRIES")?
+            .or(file.handler_max_retries)
+            .unwrap_or(s.handler_max_retries);
+        let handler_backoff = match env("OUTBOX_HANDLER_BACKOFF_SECONDS").filter(|v| !v.trim().is_empty()) {
+            Some(v) => Some(
+                v.split(',')
+                    .map(|p| p.trim().parse::<u64>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| ConfigError::Env {
+                        name: "OUTBOX_HANDLER_BACKOFF_SECONDS".into(),
+                        value: v.clone(),
+                        message: format!("{e} (expected comma-separated seconds)"),
+                    })?,
+            ),
+            None => file.handler_backoff_seconds.clone(),
+        };
+        if let Some(b) = handler_backoff.filter(|b| !b.is_empty()) {
+            s.handler_backoff = b.into_iter().map(Duration::from_secs).collect();
+        }
+        s.idempotency_ttl = parse(&env, "OUTBOX_IDEMPOTENCY_TTL_SECONDS")?
+            .or(file.idempotency_ttl_seconds)
+            .map(Duration::from_secs)
+            .unwrap_or(s.idempotency_ttl);
+        s.receiver_lease = parse(&env, "OUTBOX_RECEIVER_LEASE_MS")?
+            .or(file.receiver_lease_ms)
+            .map(ms)
+            .unwrap_or(s.receiver_lease)
+            .max(ms(100));
+        s.receiver_concurrency = parse(&env, "OUTBOX_RECEIVER_CONCURRENCY")?
+            .or(file.receiver_concurrency)
+            .unwrap_or(s.receiver_concurrency)
+            .clamp(1, 1024);
         Ok(s)
+    }
+
+    /// Handler retry delay after failed attempt `attempt` (1-based).
+    pub fn handler_backoff_after(&self, attempt: u32) -> Duration {
+        let idx = (attempt.max(1) as usize - 1).min(self.handler_backoff.len() - 1);
+        self.handler_backoff[idx]
     }
 
     /// Retry delay after failed attempt `attempt` (1-based): 1, 2, 4, ... minutes by default.

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::dispatch::{self, Dispatcher};
 use crate::plugin::reload::{build_router, LiveConfig};
+use crate::receive::Receivers;
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry};
 use crate::routing::{Router, RouterHandle};
 use crate::store;
@@ -45,6 +46,7 @@ pub struct HostBuilder {
     worker_id: Option<String>,
     shutdown: Option<CancellationToken>,
     dispatcher_enabled: Option<bool>,
+    receivers_enabled: Option<bool>,
 }
 
 impl HostBuilder {
@@ -87,6 +89,13 @@ impl HostBuilder {
     /// Override `OUTBOX_DISPATCHER_ENABLED`.
     pub fn dispatcher_enabled(mut self, enabled: bool) -> Self {
         self.dispatcher_enabled = Some(enabled);
+        self
+    }
+
+    /// Run receivers for the handler-bound queues of the queue group (default: yes, when
+    /// `[handlers]` binds any queue and no router was supplied).
+    pub fn receivers_enabled(mut self, enabled: bool) -> Self {
+        self.receivers_enabled = Some(enabled);
         self
     }
 
@@ -155,6 +164,30 @@ impl HostBuilder {
                 shutdown.clone(),
             ));
             dispatcher = Some(d);
+        }
+        if let Some(live) = live.as_ref().filter(|_| self.receivers_enabled.unwrap_or(true)) {
+            let queues_wanted = !live.routes.load().handlers.is_empty();
+            if queues_wanted {
+                let receivers = loop {
+                    match Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id).await {
+                        Ok(r) => break r,
+                        Err(e) => {
+                            tracing::error!(error = %e, "receivers cannot reach Redis; retrying");
+                            if dispatch::sleep_or_shutdown(Duration::from_secs(2), &shutdown).await {
+                                return Err(HostError::ShutdownDuringStart);
+                            }
+                        }
+                    }
+                };
+                let group = settings.worker_queue_group.as_deref();
+                let queues = receivers.queues_for_group(group);
+                if queues.is_empty() {
+                    tracing::warn!(group = ?group, "no handler-bound queue in this queue group; no receivers started");
+                }
+                for queue in queues {
+                    tasks.spawn(receivers.clone().consume(queue, shutdown.clone()));
+                }
+            }
         }
         if !settings.http_addr.is_empty() {
             tasks.spawn(crate::http::serve(

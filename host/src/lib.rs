@@ -26,6 +26,7 @@ pub mod http;
 pub mod ops;
 pub mod plugin;
 pub mod publish;
+pub mod receive;
 pub mod routing;
 pub mod sink;
 pub mod store;

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 use outbox_host::config::{Config, RoutesFile};
+use outbox_host::plugin::World;
 use outbox_host::{ops, publish, store, Host, NewEvent};
 use tokio_util::sync::CancellationToken;
 
@@ -64,6 +65,86 @@ enum Command {
     },
     /// Print the effective settings (environment over [settings] over defaults).
     Config,
+    /// Inspect, check, try out and scaffold WebAssembly plugins.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// List plugins: version hash, load time and call/error counts from running hosts'
+    /// heartbeats; without a live host, the plugins routes.toml declares, loaded from the plugin
+    /// directory.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compile one .wasm file and check it against the world it exports (offline).
+    Check {
+        /// The plugin file.
+        file: PathBuf,
+    },
+    /// Run a plugin once without a database or Redis and show its answer and cost.
+    ///
+    /// Routers take --events; handlers take one event with --event; policies take one
+    /// capability request with --event. JSON arguments may also be `@FILE` or `-` (stdin).
+    #[command(group(ArgGroup::new("input").required(true).args(["events", "event"])))]
+    Call {
+        /// The plugin file.
+        file: PathBuf,
+        /// Router input: a JSON array of events, e.g.
+        /// '[{"event_type": "mail.welcome", "payload": {}, "tenant_id": "t1"}]' (ids default to
+        /// 1..n, version 1, headers {}, created_at now).
+        #[arg(long)]
+        events: Option<String>,
+        /// Handler input: one event object; policy input: one capability request
+        /// '{"plugin": "...", "capability": "publish", "target": "...", "grants": {...}}'.
+        #[arg(long)]
+        event: Option<String>,
+        /// The plugin's JSON config (default: what routes.toml gives a plugin of the file's
+        /// name; for a router, at least the routing table). Not `--config`: that is the routes
+        /// file.
+        #[arg(long, value_name = "JSON")]
+        plugin_config: Option<String>,
+        /// Queue of the delivery (handlers).
+        #[arg(long, default_value = "outbox.test")]
+        queue: String,
+    },
+    /// Scaffold a plugin crate from the SDK template into DIR/NAME.
+    New {
+        /// Crate and plugin name: lowercase letters, digits and '-'.
+        name: String,
+        /// Which world the plugin implements.
+        #[arg(long, value_enum)]
+        world: WorldArg,
+        /// Parent directory (default: the current directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// A plugin world, as `--world` spells it.
+#[derive(Clone, Copy, ValueEnum)]
+enum WorldArg {
+    /// Routes batches of events to queues.
+    Router,
+    /// Handles queue entries.
+    Handler,
+    /// Decides capability checks.
+    Policy,
+}
+
+impl From<WorldArg> for World {
+    fn from(w: WorldArg) -> Self {
+        match w {
+            WorldArg::Router => World::Router,
+            WorldArg::Handler => World::Handler,
+            WorldArg::Policy => World::Policy,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -239,8 +320,59 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             println!("{}", ops::describe_settings(&config.settings));
         }
+        Command::Plugins { command } => run_plugins(command, &cli.config).await?,
     }
     Ok(())
+}
+
+async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> anyhow::Result<()> {
+    match command {
+        PluginsCommand::List { json } => {
+            ops::print_plugins(&load_config(config_path)?, json).await?;
+        }
+        PluginsCommand::Check { file } => {
+            println!("{}", blocking(move || ops::check_plugin_file(&file)).await?);
+        }
+        PluginsCommand::Call {
+            file,
+            events,
+            event,
+            plugin_config,
+            queue,
+        } => {
+            if let Some(p) = config_path.as_ref().and_then(|p| p.to_str()) {
+                if p.trim_start().starts_with(['{', '[']) {
+                    anyhow::bail!("--config is the routes file; give the plugin's JSON config with --plugin-config");
+                }
+            }
+            let config = load_config(config_path)?;
+            let input = ops::PluginCallInput {
+                events: events.as_deref().map(read_payload_arg).transpose()?,
+                event: event.as_deref().map(read_payload_arg).transpose()?,
+                config: plugin_config.as_deref().map(read_payload_arg).transpose()?,
+                queue,
+            };
+            println!(
+                "{}",
+                blocking(move || ops::call_plugin_file(&config, &file, &input)).await?
+            );
+        }
+        PluginsCommand::New { name, world, dir } => {
+            let parent = dir.unwrap_or_else(|| PathBuf::from("."));
+            let (_, next) = ops::scaffold_plugin(&name, world.into(), &parent)?;
+            println!("{next}");
+        }
+    }
+    Ok(())
+}
+
+/// Run CPU-heavy, blocking plugin work (compiling, calling) off the async executor.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .context("plugin work panicked")?
 }
 
 /// `--payload` text: literal JSON, `@FILE`, or `-` for standard input.

@@ -146,3 +146,150 @@ fn cli_routes_which_explains_the_rule() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn repo_path(rel: &str) -> String {
+    format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_plugins_check_names_the_world_and_rejects_garbage() {
+    let file = repo_path("plugins/dist/prefix-router.wasm");
+    let out = outbox("postgres://unused", &["plugins", "check", &file]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(": ok (world router, outbox:plugin@0.1.0, sha256 "),
+        "{stdout}"
+    );
+
+    let junk = std::env::temp_dir().join(format!("outbox-cli-junk-{}.wasm", std::process::id()));
+    std::fs::write(&junk, b"this is not WebAssembly").unwrap();
+    let out = outbox(
+        "postgres://unused",
+        &["plugins", "check", junk.to_str().unwrap()],
+    );
+    std::fs::remove_file(&junk).ok();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("not a WebAssembly file"),
+        "expected a clear message in:\n{stderr}"
+    );
+}
+
+#[test]
+fn cli_plugins_call_routes_events_offline_and_reports_traps() {
+    let events = r#"[
+        {"event_type": "mail.welcome", "payload": {"to": "a@b.c"}},
+        {"event_type": "tenant.subscription.created", "tenant_id": "t1"},
+        {"event_type": "nope.x"}
+    ]"#;
+    let out = outbox(
+        "postgres://unused",
+        &[
+            "plugins",
+            "call",
+            &repo_path("plugins/dist/prefix-router.wasm"),
+            "--events",
+            events,
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("mail.welcome -> outbox.mail"), "{stdout}");
+    assert!(
+        stdout.contains("tenant.subscription.created -> outbox.notification"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nope.x: no route ("), "{stdout}");
+    assert!(stdout.contains("cost: compile "), "{stdout}");
+
+    let out = outbox(
+        "postgres://unused",
+        &[
+            "plugins",
+            "call",
+            &repo_path("plugins/dist/test/trap.wasm"),
+            "--events",
+            r#"[{"event_type": "mail.welcome"}]"#,
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "a trap must fail: {stdout}");
+    assert!(
+        stderr.contains("plugin trap: trapped"),
+        "expected a readable trap in:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked at host/"), "{stderr}");
+}
+
+#[test]
+fn cli_plugins_new_scaffolds_a_crate_and_refuses_to_overwrite() {
+    let parent = std::env::temp_dir().join(format!(
+        "outbox-cli-new-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let dir = parent.to_str().unwrap();
+    let args = [
+        "plugins",
+        "new",
+        "demo-router",
+        "--world",
+        "router",
+        "--dir",
+        dir,
+    ];
+    let out = outbox("postgres://unused", &args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("cargo build --release --target wasm32-wasip2"),
+        "{stdout}"
+    );
+    let cargo_toml = std::fs::read_to_string(parent.join("demo-router/Cargo.toml")).unwrap();
+    let lib_rs = std::fs::read_to_string(parent.join("demo-router/src/lib.rs")).unwrap();
+    assert!(!cargo_toml.contains("{{"), "{cargo_toml}");
+    assert!(!lib_rs.contains("{{"), "{lib_rs}");
+    assert!(
+        cargo_toml.contains("name = \"demo-router\""),
+        "{cargo_toml}"
+    );
+    assert!(lib_rs.contains("export_router!"), "{lib_rs}");
+    // The SDK path is absolute and points at a plugin SDK (the one of the tree the binary was
+    // built from).
+    let sdk = cargo_toml
+        .lines()
+        .find_map(|l| l.strip_prefix("outbox-plugin-sdk = { path = \""))
+        .and_then(|rest| rest.split('"').next())
+        .expect("an outbox-plugin-sdk path dependency");
+    let sdk = std::path::Path::new(sdk);
+    assert!(
+        sdk.is_absolute() && sdk.ends_with("plugin-sdk"),
+        "{cargo_toml}"
+    );
+    assert!(sdk.join("Cargo.toml").is_file(), "{cargo_toml}");
+
+    let again = outbox("postgres://unused", &args);
+    assert!(!again.status.success());
+    assert!(text(&again).1.contains("already exists"));
+    let bad = outbox(
+        "postgres://unused",
+        &[
+            "plugins", "new", "Bad_Name", "--world", "router", "--dir", dir,
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(text(&bad).1.contains("invalid plugin name"));
+    std::fs::remove_dir_all(&parent).ok();
+}

@@ -7,3 +7,4 @@ mod dispatch;
 mod failures;
 mod plugins;
 mod publish;
+mod receive;

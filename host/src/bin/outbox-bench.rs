@@ -84,6 +84,55 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("throughput: host {best_host:.0} events/s, baseline {best_base:.0} events/s, ratio host/baseline = {:.2}", best_host / best_base);
 
+    // Router plugin vs native table, same run.
+    let mut plugin_config = config.clone();
+    plugin_config.routes.router.plugin = "prefix-router".into();
+    plugin_config.routes.plugins.entry("prefix-router".into()).or_insert_with(|| toml::from_str("").expect("empty spec"));
+    let live = outbox_host::host::start_plugins(&plugin_config).await?;
+    let router = live.router.current();
+    anyhow::ensure!(router.name() == "prefix-router", "prefix-router plugin not loaded from {}: run scripts/build-plugins.sh", plugin_config.settings.plugin_dir.display());
+    let sample: Vec<store::ClaimedEvent> = (0..1000)
+        .map(|i| store::ClaimedEvent {
+            id: i,
+            tenant_id: Some("t".into()),
+            event_type: ["mail.welcome", "tenant.subscription.created", "audit.login", "webhook.sent", "search.index.doc"][i as usize % 5].into(),
+            event_version: 1,
+            payload: r#"{"user": 42, "text": "hello, welcome aboard"}"#.into(),
+            headers: "{}".into(),
+            dispatch_key: None,
+            ordering_key: None,
+            attempts: 1,
+            created_at: chrono::Utc::now(),
+            recovered_lease: false,
+        })
+        .collect();
+    let per_event = |r: &dyn outbox_host::routing::Router| -> anyhow::Result<f64> {
+        let rounds = 50;
+        let start = Instant::now();
+        for _ in 0..rounds {
+            std::hint::black_box(r.route_batch(&sample)?);
+        }
+        Ok(start.elapsed().as_nanos() as f64 / (rounds * sample.len()) as f64)
+    };
+    let native_ns = per_event(&table)?;
+    let plugin_ns = per_event(router.as_ref().as_ref())?;
+    println!("routing cost (batches of 1000): native table {native_ns:.0} ns/event, prefix-router plugin {plugin_ns:.0} ns/event");
+    let loaded = live.registry.get("prefix-router").expect("loaded");
+    let inst = live.registry.engine().time_instantiation(&loaded.name, &loaded.compiled.prepared, &loaded.limits, 2000)?;
+    println!("fresh instantiation (InstancePre + pooling, new store each time): {:.1} us", inst.as_secs_f64() * 1e6);
+    let mut best_native = 0f64;
+    let mut best_plugin = 0f64;
+    for round in 1..=args.rounds {
+        prepare(&pool, &settings, args.events).await?;
+        let native = host_throughput(&pool, &settings, RouterHandle::new(table.clone()), args.events).await?;
+        prepare(&pool, &settings, args.events).await?;
+        let plugin = host_throughput(&pool, &settings, live.router.clone(), args.events).await?;
+        println!("  round {round}: native router {native:>9.0} events/s | plugin router {plugin:>9.0} events/s");
+        best_native = best_native.max(native);
+        best_plugin = best_plugin.max(plugin);
+    }
+    println!("throughput with the plugin router: {best_plugin:.0} events/s vs native {best_native:.0} events/s, ratio plugin/native = {:.2}", best_plugin / best_native);
+
     prepare(&pool, &settings, 0).await?;
     let (p50, p99, max) = latency(
         &pool,

@@ -405,6 +405,25 @@ impl PluginEngine {
         })
     }
 
+    /// Average cost of creating a store and instantiating a pre-linked plugin, without calling
+    /// it (what every call pays before the guest runs). Used by `outbox-bench`.
+    pub fn time_instantiation(&self, plugin: &Arc<str>, prepared: &Prepared, limits: &PluginLimits, iterations: u32) -> Result<Duration, PluginError> {
+        let fail = |e: wasmtime::Error| PluginError::Call {
+            plugin: plugin.to_string(),
+            message: format!("{e:#}"),
+        };
+        let started = Instant::now();
+        for _ in 0..iterations {
+            let mut store = self.store(plugin, limits, None).map_err(fail)?;
+            match prepared {
+                Prepared::Router(pre) => drop(pre.instantiate(&mut store).map_err(fail)?),
+                Prepared::Handler(pre) => drop(pre.instantiate(&mut store).map_err(fail)?),
+                Prepared::Policy(pre) => drop(pre.instantiate(&mut store).map_err(fail)?),
+            }
+        }
+        Ok(started.elapsed() / iterations.max(1))
+    }
+
     fn run<R>(
         &self,
         plugin: &Arc<str>,

@@ -7,15 +7,19 @@
 //! traps, loops or eats memory fails only its own call: the error comes back as text for the
 //! event's `last_error`.
 
-mod bindings;
+/// The WIT types generated from `plugin-sdk/wit` (events, deliveries, outcomes, decisions),
+/// public so operator tools such as `outbox plugins call` can build inputs and read answers.
+pub mod bindings;
 pub mod engine;
 pub mod registry;
 pub mod reload;
 pub mod router;
+pub mod services;
 
 pub use engine::{PluginEngine, PluginLimits, World};
 pub use registry::{LoadedPlugin, PluginInfo, PluginRegistry};
 pub use router::PluginRouter;
+pub use services::{CapabilityPolicy, ParentEvent, ReceiverServices};
 
 /// The WIT package version the host implements (`outbox:plugin@0.1.0`).
 pub const WIT_VERSION: &str = "0.1.0";

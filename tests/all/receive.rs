@@ -1,0 +1,361 @@
+//! Receivers: handler plugins run once per event, retry, dead-letter, reclaim, and every host
+//! call passes the capability policy.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::host::start_plugins;
+use outbox_host::plugin::reload::LiveConfig;
+use outbox_host::receive::{DeadLetters, HandledAs, QueueEntry, Receivers};
+use outbox_host::NewEvent;
+use outbox_tests::{PluginFixture, TestEnv};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+const PLUGINS: &[&str] = &[
+    "capability-policy",
+    "workflow-trigger",
+    "plugin-hook",
+    "test/echo-handler",
+    "test/flaky-handler",
+    "test/greedy",
+];
+
+fn routes(flaky_succeeds: bool) -> String {
+    format!(
+        r#"
+[routes]
+"workflow." = "outbox.workflow"
+"workflow.executor." = "outbox.workflow-executor"
+"plugin.hook." = "outbox.plugin-hook"
+"plugin.invoke." = "outbox.plugin-invoke"
+"plugin.capability-use." = "outbox.plugin-capability-use"
+"flaky." = "outbox.flaky"
+"greedy." = "outbox.greedy"
+
+[router]
+plugin = "native"
+
+[handlers]
+"outbox.workflow" = "workflow-trigger"
+"outbox.plugin-hook" = "plugin-hook"
+"outbox.plugin-invoke" = "builtin:plugin-invoke"
+"outbox.flaky" = "flaky-handler"
+"outbox.greedy" = "greedy"
+
+[queue_groups]
+general = ["outbox.workflow", "outbox.plugin-hook", "outbox.plugin-invoke", "outbox.flaky", "outbox.greedy"]
+
+[plugins.capability-policy]
+
+[plugins.workflow-trigger]
+config = {{ executor = {{ queue = "outbox.workflow-executor" }}, workflows = [
+  {{ id = "welcome", trigger = {{ event = "user.signed-up" }} }},
+  {{ id = "crm-sync", enabled = true, trigger = {{ event = "user.signed-up" }} }},
+  {{ id = "audit", trigger = {{ event = "user.signed-up" }} }},
+  {{ id = "retired", enabled = false, trigger = {{ event = "user.signed-up" }} }},
+  {{ id = "other", trigger = {{ event = "order.placed" }} }},
+] }}
+grants = {{ publish = ["workflow.execution.", "workflow.executor."] }}
+
+[plugins.plugin-hook]
+config = {{ subscribers = {{ "workflow.executed" = ["audit-log", "notifier"], "workflow.failed" = ["audit-log"] }} }}
+grants = {{ publish = ["plugin.invoke."] }}
+
+[plugins.audit-log]
+file = "echo-handler.wasm"
+
+[plugins.notifier]
+file = "echo-handler.wasm"
+
+[plugins.flaky-handler]
+config = {{ succeed = {flaky_succeeds} }}
+
+[plugins.greedy]
+"#
+    )
+}
+
+struct Running {
+    live: LiveConfig,
+    receivers: Receivers,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn start(env: &TestEnv, fixture: &PluginFixture, consumer: &str, with_receivers: bool) -> Running {
+    let config = fixture.config(&env.settings);
+    let live = start_plugins(&config).await.unwrap();
+    let settings = Arc::new(config.settings.clone());
+    let shutdown = CancellationToken::new();
+    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), settings.clone(), format!("{consumer}-dispatch"));
+    let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone())), live.clone().watch(shutdown.clone()).unwrap()];
+    let receivers = Receivers::new(env.pool.clone(), live.clone(), settings, consumer).await.unwrap();
+    if with_receivers {
+        for queue in receivers.queues_for_group(Some("general")) {
+            tasks.push(tokio::spawn(receivers.clone().consume(queue, shutdown.clone())));
+        }
+    }
+    Running { live, receivers, shutdown, tasks }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn test_env_settings(env: &mut TestEnv) {
+    env.settings.dispatch_interval = Duration::from_millis(100);
+    env.settings.receiver_lease = Duration::from_millis(800);
+    env.settings.handler_max_retries = 2;
+    env.settings.handler_backoff = vec![Duration::from_millis(200)];
+}
+
+async fn receipts(env: &TestEnv) -> Vec<(i64, String, String, i32)> {
+    sqlx::query_as("SELECT event_id, handler, result, duplicates FROM outbox_receipt ORDER BY 1, 2")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn workflow_trigger_fans_out_to_exactly_n_executions_despite_redelivery(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let running = start(&env, &fixture, "c1", true).await;
+
+    // The application publishes in its own transaction.
+    let trigger = env
+        .publish_all(vec![NewEvent::new("workflow.trigger.event", json!({"trigger": "user.signed-up", "data": {"user": 7}}))])
+        .await[0];
+    wait_for("3 executor jobs", Duration::from_secs(20), async || env.entries("outbox.workflow-executor").await.len() >= 3).await;
+
+    // The trigger job is delivered a second time (a redelivery after a lost ack, say).
+    let first = env.entries("outbox.workflow").await.into_iter().find(|e| e["event_id"] == trigger.to_string()).unwrap();
+    let fields: Vec<(String, String)> = first.into_iter().collect();
+    let mut conn = env.redis.clone();
+    let _: String = redis::AsyncCommands::xadd(&mut conn, format!("{}outbox.workflow", env.prefix), "*", &fields).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let jobs = env.entries("outbox.workflow-executor").await;
+    assert_eq!(jobs.len(), 3, "one executor job per enabled matching workflow, no duplicates");
+    let mut ids: Vec<String> = jobs
+        .iter()
+        .map(|j| serde_json::from_str::<serde_json::Value>(&j["payload"]).unwrap()["request"]["workflow_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["audit", "crm-sync", "welcome"]);
+    let executions: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(executions, 3);
+    let (published, duplicates): (Vec<i64>, i32) = sqlx::query_as("SELECT published_ids, duplicates FROM outbox_receipt WHERE event_id = $1")
+        .bind(trigger)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(published.len(), 3, "the receipt names the events the handler published");
+    assert_eq!(duplicates, 1, "the second delivery was a no-op");
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn receiver_killed_mid_handler_is_rerun_without_duplicate_children(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    // Dispatcher only: a consumer that "dies" takes the trigger entry first.
+    let running = start(&env, &fixture, "survivor", false).await;
+    let trigger = env
+        .publish_all(vec![NewEvent::new("workflow.trigger.event", json!({"trigger": "user.signed-up"}))])
+        .await[0];
+    wait_for("the trigger entry", Duration::from_secs(10), async || !env.entries("outbox.workflow").await.is_empty()).await;
+    let mut conn = env.redis.clone();
+    let key = format!("{}outbox.workflow", env.prefix);
+    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("outbox").arg("0").query_async(&mut conn).await.unwrap();
+    let taken: redis::Value = redis::cmd("XREADGROUP").arg("GROUP").arg("outbox").arg("dying").arg("COUNT").arg(10).arg("STREAMS").arg(&key).arg(">").query_async(&mut conn).await.unwrap();
+    assert!(matches!(taken, redis::Value::Array(_)));
+    // It got as far as claiming the event and publishing the first child, then died.
+    let _: () = redis::cmd("SET").arg(format!("{}outbox:handled:workflow-trigger:{trigger}", env.prefix)).arg("running:dying").arg("PX").arg(800).query_async(&mut conn).await.unwrap();
+    env.publish_all(vec![NewEvent::new("workflow.execution.requested", json!({"workflow_id": "welcome", "trigger_event_id": trigger, "data": {}}))
+        .with_dispatch_key(format!("child:{trigger}:workflow-trigger:0"))])
+        .await;
+
+    for queue in running.receivers.queues_for_group(Some("general")) {
+        let r = running.receivers.clone();
+        tokio::spawn(r.consume(queue, running.shutdown.clone()));
+    }
+    wait_for("3 executor jobs", Duration::from_secs(20), async || env.entries("outbox.workflow-executor").await.len() >= 3).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(env.entries("outbox.workflow-executor").await.len(), 3, "exactly N executions");
+    let executions: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(executions, 3, "the rerun reused the children's dispatch keys");
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn plugin_hooks_reach_each_subscribed_plugin_once(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let running = start(&env, &fixture, "c1", true).await;
+    let ids = env
+        .publish_all(vec![
+            NewEvent::new("plugin.hook.workflow.executed", json!({"workflow_id": "welcome"})),
+            NewEvent::new("plugin.hook.workflow.failed", json!({"workflow_id": "crm-sync"})),
+        ])
+        .await;
+    let (executed, failed) = (ids[0], ids[1]);
+    wait_for("three hook receipts", Duration::from_secs(20), async || {
+        receipts(&env).await.iter().filter(|r| r.1 == "audit-log" || r.1 == "notifier").count() >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hook_receipts: Vec<(i64, String, String, i32)> = receipts(&env).await.into_iter().filter(|r| r.1 == "audit-log" || r.1 == "notifier").collect();
+    assert_eq!(
+        hook_receipts,
+        vec![
+            (executed, "audit-log".into(), "ok".into(), 0),
+            (executed, "notifier".into(), "ok".into(), 0),
+            (failed, "audit-log".into(), "ok".into(), 0),
+        ]
+    );
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn ungranted_capability_is_denied_audited_and_writes_nothing(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let running = start(&env, &fixture, "c1", true).await;
+    let id = env.publish_all(vec![NewEvent::new("greedy.try", json!({}))]).await[0];
+    wait_for("the greedy receipt", Duration::from_secs(20), async || receipts(&env).await.iter().any(|r| r.0 == id)).await;
+    let receipt = receipts(&env).await.into_iter().find(|r| r.0 == id).unwrap();
+    assert_eq!(receipt.2, "ok", "greedy returns ok only when every call was denied: {receipt:?}");
+    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'billing.charge'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(charges, 0, "nothing published");
+    let mut conn = env.redis.clone();
+    let kv: Vec<String> = redis::AsyncCommands::keys(&mut conn, format!("{}outbox:kv:*", env.prefix)).await.unwrap();
+    assert!(kv.is_empty(), "nothing stored");
+    let audits: Vec<serde_json::Value> = sqlx::query_scalar("SELECT payload FROM outbox_event WHERE event_type = 'plugin.capability-use.denied' ORDER BY id")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    let capabilities: Vec<&str> = audits.iter().map(|a| a["capability"].as_str().unwrap()).collect();
+    assert_eq!(capabilities, ["publish", "kv", "http"], "{audits:?}");
+    assert!(audits.iter().all(|a| a["plugin"] == "greedy"));
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn consumer_dying_with_entries_lets_another_take_them_after_the_lease(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let running = start(&env, &fixture, "survivor", false).await;
+    let ids = env
+        .publish_all((0..5).map(|i| NewEvent::new("plugin.hook.workflow.failed", json!({"i": i}))).collect())
+        .await;
+    wait_for("5 hook entries", Duration::from_secs(10), async || env.entries("outbox.plugin-hook").await.len() == 5).await;
+    let mut conn = env.redis.clone();
+    let key = format!("{}outbox.plugin-hook", env.prefix);
+    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("outbox").arg("0").query_async(&mut conn).await.unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP").arg("GROUP").arg("outbox").arg("dead-consumer").arg("COUNT").arg(10).arg("STREAMS").arg(&key).arg(">").query_async(&mut conn).await.unwrap();
+    let taken_at = Instant::now();
+    for queue in running.receivers.queues_for_group(Some("general")) {
+        tokio::spawn(running.receivers.clone().consume(queue, running.shutdown.clone()));
+    }
+    wait_for("all 5 handled", Duration::from_secs(20), async || {
+        receipts(&env).await.iter().filter(|r| ids.contains(&r.0) && r.1 == "plugin-hook" && r.2 == "ok").count() == 5
+    })
+    .await;
+    assert!(taken_at.elapsed() >= Duration::from_millis(800), "reclaimed only after the lease");
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn always_failing_handler_dead_letters_then_replay_delivers_after_a_fix(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(false));
+    let running = start(&env, &fixture, "c1", true).await;
+    let id = env.publish_all(vec![NewEvent::new("flaky.job", json!({}))]).await[0];
+    let dead = DeadLetters::connect(&fixture.config(&env.settings).settings).await.unwrap();
+    let queues = vec!["outbox.flaky".to_string()];
+    wait_for("the dead letter", Duration::from_secs(20), async || !dead.list(&queues).await.unwrap().is_empty()).await;
+    let letters = dead.list(&queues).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].event_id, Some(id));
+    assert_eq!(letters[0].attempts, 3, "first try plus the 2 configured retries");
+    assert!(letters[0].error.starts_with("gave up after 3 attempts"), "{}", letters[0].error);
+
+    // Fix the handler through a hot-reloaded config, then replay.
+    fixture.replace("routes.toml", routes(true).as_bytes());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    dead.replay(&letters[0]).await.unwrap();
+    wait_for("the replayed delivery", Duration::from_secs(20), async || {
+        receipts(&env).await.iter().any(|r| r.0 == id && r.2 == "ok")
+    })
+    .await;
+    assert!(dead.list(&queues).await.unwrap().is_empty());
+    let _ = running.live.registry.list();
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn two_receivers_never_both_run_a_handler_to_completion(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let running = start(&env, &fixture, "c1", false).await;
+    let other = Receivers::new(env.pool.clone(), running.live.clone(), Arc::new(fixture.config(&env.settings).settings), "c2").await.unwrap();
+    let id = env.publish_all(vec![NewEvent::new("workflow.trigger.event", json!({"trigger": "user.signed-up"}))]).await[0];
+    wait_for("the trigger entry", Duration::from_secs(10), async || !env.entries("outbox.workflow").await.is_empty()).await;
+    let fields = env.entries("outbox.workflow").await.remove(0);
+    let entry = QueueEntry { stream_id: "0-1".into(), fields: fields.into_iter().collect() };
+    let (a, b) = tokio::join!(
+        running.receivers.handle_entry("outbox.workflow", entry.clone()),
+        other.handle_entry("outbox.workflow", entry.clone())
+    );
+    let oks = [&a, &b].iter().filter(|h| ***h == HandledAs::Ok).count();
+    assert_eq!(oks, 1, "exactly one ran to completion: {a:?} {b:?}");
+    assert!(matches!(a, HandledAs::Ok | HandledAs::Busy | HandledAs::Duplicate));
+    assert_eq!(other.handle_entry("outbox.workflow", entry).await, HandledAs::Duplicate);
+    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(children, 3);
+    let _ = id;
+    running.stop().await;
+    env.cleanup().await;
+}
