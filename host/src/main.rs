@@ -63,6 +63,11 @@ enum Command {
         #[command(subcommand)]
         command: RoutesCommand,
     },
+    /// List, replay or drop entries of the dead-letter streams (handlers that gave up).
+    DeadLetter {
+        #[command(subcommand)]
+        command: DeadLetterCommand,
+    },
     /// Print the effective settings (environment over [settings] over defaults).
     Config,
     /// Inspect, check, try out and scaffold WebAssembly plugins.
@@ -145,6 +150,54 @@ impl From<WorldArg> for World {
             WorldArg::Policy => World::Policy,
         }
     }
+}
+
+#[derive(Subcommand)]
+enum DeadLetterCommand {
+    /// Show dead letters.
+    List {
+        #[command(flatten)]
+        filter: DeadLetterFilter,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put dead letters back on their queue (handler attempts start again).
+    Replay {
+        #[command(flatten)]
+        filter: DeadLetterFilter,
+        /// Show what would be replayed, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete dead letters for good.
+    Drop {
+        #[command(flatten)]
+        filter: DeadLetterFilter,
+        /// Show what would be dropped, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which dead letters a command applies to.
+#[derive(clap::Args)]
+struct DeadLetterFilter {
+    /// Only this queue (default: every handler-bound queue in routes.toml).
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only this dead-letter entry id.
+    #[arg(long)]
+    id: Option<String>,
+    /// Only this outbox event id.
+    #[arg(long)]
+    event: Option<i64>,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +374,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", ops::describe_settings(&config.settings));
         }
         Command::Plugins { command } => run_plugins(command, &cli.config).await?,
+        Command::DeadLetter { command } => {
+            let config = load_config(&cli.config)?;
+            let (filter, action, dry_run, json) = match command {
+                DeadLetterCommand::List { filter, json } => (filter, ops::DeadLetterAction::List, true, json),
+                DeadLetterCommand::Replay { filter, dry_run, json } => (filter, ops::DeadLetterAction::Replay, dry_run, json),
+                DeadLetterCommand::Drop { filter, dry_run, json } => (filter, ops::DeadLetterAction::Drop, dry_run, json),
+            };
+            let selection = ops::DeadLetterSelection {
+                queue: filter.queue,
+                id: filter.id,
+                event_id: filter.event,
+            };
+            ops::dead_letters(&config, &selection, action, dry_run, json).await?;
+        }
     }
     Ok(())
 }

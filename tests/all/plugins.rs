@@ -31,20 +31,19 @@ fn claimed(id: i64, event_type: &str) -> ClaimedEvent {
     }
 }
 
-/// The default table plus edge cases: a wildcard, a fan-out, a longer prefix under a shorter one.
-fn edge_case_routes() -> String {
-    DEFAULT_ROUTES_TOML.replace(
-        "[routes]\n",
-        "[routes]\n\"*.deleted\" = \"outbox.audit\"\n\"order.\" = [\"outbox.audit\", \"outbox.search-index\"]\n\"mail.bounce.\" = \"outbox.webhook\"\n",
-    )
-}
-
+/// The default table plus edge cases (a wildcard, a fan-out, a longer prefix under a shorter
+/// one), routed by the prefix-router plugin, plus `extra` TOML.
 fn plugin_routes(extra: &str) -> String {
-    format!(
-        "{}\n{extra}",
-        edge_case_routes()
-            .replace("[plugins.capability-policy]\nmemory_mb = 16\ntimeout_ms = 200\n", "")
-    )
+    let defaults = RoutesFile::parse(DEFAULT_ROUTES_TOML, std::path::Path::new("routes.toml")).unwrap();
+    let mut text = String::from(
+        "[routes]\n\"*.deleted\" = \"outbox.audit\"\n\"order.\" = [\"outbox.audit\", \"outbox.search-index\"]\n\"mail.bounce.\" = \"outbox.webhook\"\n",
+    );
+    for (prefix, queues) in &defaults.routes {
+        text.push_str(&format!("{prefix:?} = {:?}\n", queues.to_vec()));
+    }
+    text.push_str("[router]\nplugin = \"prefix-router\"\n[policy]\nplugin = \"deny-all\"\n[plugins.prefix-router]\n");
+    text.push_str(extra);
+    text
 }
 
 #[tokio::test]
@@ -233,7 +232,7 @@ async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(po
     assert_eq!(env.event_ids("outbox.mail").await, vec![a, b], "old routes keep serving");
 
     // A valid edit is applied.
-    fixture.replace("routes.toml", plugin_routes("").replace("\"mail.\" = \"outbox.mail\"", "\"mail.\" = \"outbox.mail-v2\"").as_bytes());
+    fixture.replace("routes.toml", plugin_routes("").replace("\"mail.\" = [\"outbox.mail\"]", "\"mail.\" = [\"outbox.mail-v2\"]").as_bytes());
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let c = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
