@@ -359,3 +359,68 @@ async fn two_receivers_never_both_run_a_handler_to_completion(pool: PgPool) {
     running.stop().await;
     env.cleanup().await;
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, StatusCode};
+    use outbox_host::plugin::services::{verify_signature, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    const SECRET: &str = "test-executor-secret";
+    std::env::set_var("OUTBOX_TEST_EXECUTOR_SECRET", SECRET);
+    let received: Arc<std::sync::Mutex<Vec<(bool, serde_json::Value)>>> = Arc::default();
+    let seen = received.clone();
+    let app = axum::Router::new().route(
+        "/execute",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let seen = seen.clone();
+            async move {
+                let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+                let verified = verify_signature(
+                    SECRET.as_bytes(),
+                    &header(TIMESTAMP_HEADER),
+                    &body,
+                    &header(SIGNATURE_HEADER),
+                    chrono::Utc::now().timestamp(),
+                    300,
+                )
+                .is_ok();
+                let forged = verify_signature(b"wrong secret", &header(TIMESTAMP_HEADER), &body, &header(SIGNATURE_HEADER), chrono::Utc::now().timestamp(), 300).is_ok();
+                seen.lock().unwrap().push((verified && !forged, serde_json::from_slice(&body).unwrap_or_default()));
+                if verified { StatusCode::OK } else { StatusCode::UNAUTHORIZED }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let routes = routes(true).replace(
+        "config = { executor = { queue = \"outbox.workflow-executor\" }, workflows = [",
+        &format!("config = {{ executor = {{ http = {{ url = \"http://127.0.0.1:{port}/execute\" }} }}, workflows = ["),
+    ).replace(
+        "grants = { publish = [\"workflow.execution.\", \"workflow.executor.\"] }",
+        &format!("grants = {{ publish = [\"workflow.execution.\"], http = [\"127.0.0.1:{port}\"], http_signing_secret_env = \"OUTBOX_TEST_EXECUTOR_SECRET\" }}"),
+    );
+    assert!(routes.contains("http_signing_secret_env"));
+    let fixture = PluginFixture::new(PLUGINS, &routes);
+    let running = start(&env, &fixture, "c1", true).await;
+    let id = env
+        .publish_all(vec![NewEvent::new("workflow.execution.requested", json!({"workflow_id": "welcome", "data": {"user": 7}}))])
+        .await[0];
+    wait_for("the executor call", Duration::from_secs(20), async || !received.lock().unwrap().is_empty()).await;
+    // Deliver the same job again: the receiver's idempotency claim makes it a no-op.
+    let fields: Vec<(String, String)> = env.entries("outbox.workflow").await.remove(0).into_iter().collect();
+    let mut conn = env.redis.clone();
+    let _: String = redis::AsyncCommands::xadd(&mut conn, format!("{}outbox.workflow", env.prefix), "*", &fields).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = received.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "one request per execution: {calls:?}");
+    assert!(calls[0].0, "signed with the secret from the environment, forgery rejected");
+    assert_eq!(calls[0].1["request"]["workflow_id"], "welcome");
+    assert_eq!(calls[0].1["source_event_id"], id);
+    running.stop().await;
+    env.cleanup().await;
+}
