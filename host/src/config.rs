@@ -341,7 +341,10 @@ impl RoutesFile {
                 )));
             }
         }
-        if self.policy.plugin != "deny-all" && !known_plugin(&self.policy.plugin) && !self.plugins.is_empty() {
+        if self.policy.plugin != "deny-all"
+            && !known_plugin(&self.policy.plugin)
+            && !self.plugins.is_empty()
+        {
             return Err(invalid(format!(
                 "[policy] plugin = '{}' is not declared under [plugins] (use \"deny-all\" to refuse every capability)",
                 self.policy.plugin
@@ -620,19 +623,20 @@ impl Settings {
         s.handler_max_retries = parse(&env, "OUTBOX_HANDLER_MAX_RETRIES")?
             .or(file.handler_max_retries)
             .unwrap_or(s.handler_max_retries);
-        let handler_backoff = match env("OUTBOX_HANDLER_BACKOFF_SECONDS").filter(|v| !v.trim().is_empty()) {
-            Some(v) => Some(
-                v.split(',')
-                    .map(|p| p.trim().parse::<u64>())
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| ConfigError::Env {
-                        name: "OUTBOX_HANDLER_BACKOFF_SECONDS".into(),
-                        value: v.clone(),
-                        message: format!("{e} (expected comma-separated seconds)"),
-                    })?,
-            ),
-            None => file.handler_backoff_seconds.clone(),
-        };
+        let handler_backoff =
+            match env("OUTBOX_HANDLER_BACKOFF_SECONDS").filter(|v| !v.trim().is_empty()) {
+                Some(v) => Some(
+                    v.split(',')
+                        .map(|p| p.trim().parse::<u64>())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| ConfigError::Env {
+                            name: "OUTBOX_HANDLER_BACKOFF_SECONDS".into(),
+                            value: v.clone(),
+                            message: format!("{e} (expected comma-separated seconds)"),
+                        })?,
+                ),
+                None => file.handler_backoff_seconds.clone(),
+            };
         if let Some(b) = handler_backoff.filter(|b| !b.is_empty()) {
             s.handler_backoff = b.into_iter().map(Duration::from_secs).collect();
         }

@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::dispatch::{self, Dispatcher};
 use crate::plugin::reload::{build_router, LiveConfig};
-use crate::receive::Receivers;
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry};
+use crate::receive::Receivers;
 use crate::routing::{Router, RouterHandle};
 use crate::store;
 
@@ -128,7 +128,9 @@ impl HostBuilder {
                                 let _ = watcher.await;
                             });
                         }
-                        Err(e) => tracing::warn!(error = %e, "hot reload disabled: cannot watch files"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "hot reload disabled: cannot watch files")
+                        }
                     }
                 }
                 (live.router.clone(), Some(live))
@@ -165,15 +167,21 @@ impl HostBuilder {
             ));
             dispatcher = Some(d);
         }
-        if let Some(live) = live.as_ref().filter(|_| self.receivers_enabled.unwrap_or(true)) {
+        if let Some(live) = live
+            .as_ref()
+            .filter(|_| self.receivers_enabled.unwrap_or(true))
+        {
             let queues_wanted = !live.routes.load().handlers.is_empty();
             if queues_wanted {
                 let receivers = loop {
-                    match Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id).await {
+                    match Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
+                        .await
+                    {
                         Ok(r) => break r,
                         Err(e) => {
                             tracing::error!(error = %e, "receivers cannot reach Redis; retrying");
-                            if dispatch::sleep_or_shutdown(Duration::from_secs(2), &shutdown).await {
+                            if dispatch::sleep_or_shutdown(Duration::from_secs(2), &shutdown).await
+                            {
                                 return Err(HostError::ShutdownDuringStart);
                             }
                         }
@@ -292,7 +300,10 @@ pub fn default_worker_id() -> String {
 /// that fails to load is logged; the router falls back to the native table) and build the router.
 pub async fn start_plugins(config: &Config) -> Result<LiveConfig, HostError> {
     let engine = PluginEngine::new()?;
-    let registry = Arc::new(PluginRegistry::new(engine, config.settings.plugin_dir.clone()));
+    let registry = Arc::new(PluginRegistry::new(
+        engine,
+        config.settings.plugin_dir.clone(),
+    ));
     for error in registry.apply_config_lenient(&config.routes).await {
         tracing::error!("{error}");
     }
@@ -318,8 +329,7 @@ async fn heartbeat_loop(
         if let Some(registry) = &plugins {
             counters["plugins"] = serde_json::to_value(registry.list()).unwrap_or_default();
         }
-        if let Err(e) =
-            store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &counters).await
+        if let Err(e) = store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &counters).await
         {
             tracing::warn!(error = %e, "heartbeat failed");
         }

@@ -377,9 +377,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DeadLetter { command } => {
             let config = load_config(&cli.config)?;
             let (filter, action, dry_run, json) = match command {
-                DeadLetterCommand::List { filter, json } => (filter, ops::DeadLetterAction::List, true, json),
-                DeadLetterCommand::Replay { filter, dry_run, json } => (filter, ops::DeadLetterAction::Replay, dry_run, json),
-                DeadLetterCommand::Drop { filter, dry_run, json } => (filter, ops::DeadLetterAction::Drop, dry_run, json),
+                DeadLetterCommand::List { filter, json } => {
+                    (filter, ops::DeadLetterAction::List, true, json)
+                }
+                DeadLetterCommand::Replay {
+                    filter,
+                    dry_run,
+                    json,
+                } => (filter, ops::DeadLetterAction::Replay, dry_run, json),
+                DeadLetterCommand::Drop {
+                    filter,
+                    dry_run,
+                    json,
+                } => (filter, ops::DeadLetterAction::Drop, dry_run, json),
             };
             let selection = ops::DeadLetterSelection {
                 queue: filter.queue,

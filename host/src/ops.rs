@@ -158,13 +158,14 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         let _: () = conn.del(old).await?;
     }
 
-    // The shipped table has no fan-out rule; the demo adds one so fan-out shows up.
-    let mut rules: Vec<RouteRule> = config.routes.route_table().rules().to_vec();
-    rules.push(RouteRule {
-        prefix: "order.".into(),
-        queues: vec!["outbox.audit".into(), "outbox.search-index".into()],
-    });
-    let table = RouteTable::new(rules);
+    // The shipped table has no fan-out rule; the demo adds one so fan-out shows up. Receivers
+    // are left out so the queues keep what the dispatcher put there.
+    config.routes.routes.insert(
+        "order.".into(),
+        crate::config::QueueList::Many(vec!["outbox.audit".into(), "outbox.search-index".into()]),
+    );
+    config.routes.handlers.clear();
+    let table = config.routes.route_table();
     println!("demo: routing table (plus the demo's fan-out rule \"order.\"):\n{table}");
 
     // Publish in application-style transactions of 25 events; one transaction rolls back.
@@ -205,10 +206,17 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let host = crate::Host::builder()
         .config(config.clone())
         .pool(pool.clone())
-        .router(table.clone())
         .worker_id("outbox-demo")
         .start()
         .await?;
+    println!(
+        "demo: routing through {} (plugins from {})",
+        match host.router().current().name() {
+            "native-table" => "the built-in table (router plugin not built: run scripts/build-plugins.sh)".to_string(),
+            name => format!("the WebAssembly router plugin '{name}'"),
+        },
+        config.settings.plugin_dir.display()
+    );
     let bar = indicatif::ProgressBar::new(published as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("demo: dispatching {bar:40} {pos}/{len} {msg}")
@@ -1123,7 +1131,12 @@ pub async fn dead_letters(
         .list(&queues)
         .await?
         .into_iter()
-        .filter(|l| selection.id.as_ref().is_none_or(|id| &l.dead_letter_id == id))
+        .filter(|l| {
+            selection
+                .id
+                .as_ref()
+                .is_none_or(|id| &l.dead_letter_id == id)
+        })
         .filter(|l| selection.event_id.is_none_or(|e| l.event_id == Some(e)))
         .collect();
     let mut done = Vec::new();
@@ -1133,7 +1146,10 @@ pub async fn dead_letters(
                 DeadLetterAction::List => {}
                 DeadLetterAction::Replay => {
                     let id = store.replay(letter).await?;
-                    eprintln!("replayed {} ({}) to {} as {id}", letter.dead_letter_id, letter.event_type, letter.queue);
+                    eprintln!(
+                        "replayed {} ({}) to {} as {id}",
+                        letter.dead_letter_id, letter.event_type, letter.queue
+                    );
                     if letter.attempts > 1 {
                         eprintln!("warning: event {:?} already ran {} times; make sure its handler is fixed, or it will dead-letter again", letter.event_id, letter.attempts);
                     }
@@ -1160,8 +1176,15 @@ pub async fn dead_letters(
         return Ok(());
     }
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(vec!["queue", "dead letter", "event", "type", "attempts", "dead at", "error"]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "queue",
+        "dead letter",
+        "event",
+        "type",
+        "attempts",
+        "dead at",
+        "error",
+    ]);
     for l in &letters {
         t.add_row(vec![
             Cell::new(&l.queue),
@@ -1176,8 +1199,24 @@ pub async fn dead_letters(
     println!("{t}");
     match (action, dry_run) {
         (DeadLetterAction::List, _) => {}
-        (_, true) => println!("dry run: {} entries would be {}", letters.len(), if action == DeadLetterAction::Replay { "replayed" } else { "dropped" }),
-        (_, false) => println!("{} entries {}", done.len(), if action == DeadLetterAction::Replay { "replayed" } else { "dropped" }),
+        (_, true) => println!(
+            "dry run: {} entries would be {}",
+            letters.len(),
+            if action == DeadLetterAction::Replay {
+                "replayed"
+            } else {
+                "dropped"
+            }
+        ),
+        (_, false) => println!(
+            "{} entries {}",
+            done.len(),
+            if action == DeadLetterAction::Replay {
+                "replayed"
+            } else {
+                "dropped"
+            }
+        ),
     }
     Ok(())
 }

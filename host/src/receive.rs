@@ -20,7 +20,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{Delivery, Outcome};
+use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
+    Delivery, Outcome,
+};
 use crate::plugin::bindings::WitEvent;
 use crate::plugin::engine::Prepared;
 use crate::plugin::reload::LiveConfig;
@@ -96,7 +98,12 @@ impl QueueEntry {
         let mut fields: Vec<(String, String)> = id
             .map
             .iter()
-            .map(|(k, v)| (k.clone(), redis::from_redis_value::<String>(v).unwrap_or_default()))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    redis::from_redis_value::<String>(v).unwrap_or_default(),
+                )
+            })
             .collect();
         fields.sort();
         Self {
@@ -107,7 +114,10 @@ impl QueueEntry {
 
     /// A field's value.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The outbox event id.
@@ -117,7 +127,9 @@ impl QueueEntry {
 
     /// Handler attempt of this delivery (1 on first delivery).
     pub fn handler_attempt(&self) -> u32 {
-        self.get("handler_attempt").and_then(|a| a.parse().ok()).unwrap_or(1)
+        self.get("handler_attempt")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(1)
     }
 
     fn with_attempt(&self, attempt: u32) -> Vec<String> {
@@ -135,15 +147,27 @@ impl QueueEntry {
 
     fn to_wit_event(&self) -> Result<WitEvent, String> {
         let id = self.event_id().ok_or("entry has no numeric event_id")?;
-        let event_type = self.get("event_type").filter(|t| !t.is_empty()).ok_or("entry has no event_type")?;
+        let event_type = self
+            .get("event_type")
+            .filter(|t| !t.is_empty())
+            .ok_or("entry has no event_type")?;
         Ok(WitEvent {
             id,
             event_type: event_type.to_string(),
-            event_version: self.get("event_version").and_then(|v| v.parse().ok()).unwrap_or(1),
-            tenant_id: self.get("tenant_id").filter(|t| !t.is_empty()).map(str::to_string),
+            event_version: self
+                .get("event_version")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+            tenant_id: self
+                .get("tenant_id")
+                .filter(|t| !t.is_empty())
+                .map(str::to_string),
             payload: self.get("payload").unwrap_or("{}").to_string(),
             headers: self.get("headers").unwrap_or("{}").to_string(),
-            dispatch_key: self.get("dispatch_key").filter(|t| !t.is_empty()).map(str::to_string),
+            dispatch_key: self
+                .get("dispatch_key")
+                .filter(|t| !t.is_empty())
+                .map(str::to_string),
             created_at: self.get("created_at").unwrap_or_default().to_string(),
         })
     }
@@ -183,10 +207,22 @@ pub struct Receivers {
 
 impl Receivers {
     /// Receivers over a connected pool and Redis, consuming as `consumer`.
-    pub async fn new(pool: PgPool, live: LiveConfig, settings: Arc<Settings>, consumer: impl Into<String>) -> Result<Self, ReceiveError> {
-        let redis_client = ctx(redis::Client::open(settings.redis_url.as_str()), || "invalid REDIS_URL".into())?;
-        let conn = ctx(ConnectionManager::new(redis_client.clone()).await, || "connect to Redis".into())?;
-        let policy = Arc::new(CapabilityPolicy::new(live.registry.clone(), live.routes.clone()));
+    pub async fn new(
+        pool: PgPool,
+        live: LiveConfig,
+        settings: Arc<Settings>,
+        consumer: impl Into<String>,
+    ) -> Result<Self, ReceiveError> {
+        let redis_client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
+            "invalid REDIS_URL".into()
+        })?;
+        let conn = ctx(ConnectionManager::new(redis_client.clone()).await, || {
+            "connect to Redis".into()
+        })?;
+        let policy = Arc::new(CapabilityPolicy::new(
+            live.registry.clone(),
+            live.routes.clone(),
+        ));
         Ok(Self {
             pool,
             redis_client,
@@ -235,7 +271,10 @@ impl Receivers {
     }
 
     fn marker_key(&self, handler: &str, event_id: i64) -> String {
-        format!("{}outbox:handled:{}:{}", self.settings.redis_prefix, handler, event_id)
+        format!(
+            "{}outbox:handled:{}:{}",
+            self.settings.redis_prefix, handler, event_id
+        )
     }
 
     /// Consume `queue` until shutdown: read new entries, reclaim stale ones, move due retries,
@@ -245,7 +284,11 @@ impl Receivers {
         let mut failures = 0u32;
         loop {
             let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-                .arg("CREATE").arg(&key).arg(CONSUMER_GROUP).arg("0").arg("MKSTREAM")
+                .arg("CREATE")
+                .arg(&key)
+                .arg(CONSUMER_GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
                 .query_async(&mut self.conn.clone())
                 .await;
             match created {
@@ -268,7 +311,9 @@ impl Receivers {
         let mut tasks = tokio::task::JoinSet::new();
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
-            if last_housekeeping.elapsed() >= (self.settings.receiver_lease / 4).min(Duration::from_secs(5)) {
+            if last_housekeeping.elapsed()
+                >= (self.settings.receiver_lease / 4).min(Duration::from_secs(5))
+            {
                 last_housekeeping = Instant::now();
                 if let Err(e) = self.housekeeping(&queue, &permits, &mut tasks).await {
                     tracing::warn!(%queue, error = %e, "receiver housekeeping failed");
@@ -280,7 +325,12 @@ impl Receivers {
                     Err(e) => {
                         failures += 1;
                         tracing::error!(%queue, error = %e, "receiver cannot reach Redis; retrying");
-                        if crate::dispatch::sleep_or_shutdown(crate::dispatch::retry_delay(failures), &shutdown).await {
+                        if crate::dispatch::sleep_or_shutdown(
+                            crate::dispatch::retry_delay(failures),
+                            &shutdown,
+                        )
+                        .await
+                        {
                             break;
                         }
                         continue;
@@ -303,7 +353,11 @@ impl Receivers {
                     for stream in reply.keys {
                         for id in &stream.ids {
                             let entry = QueueEntry::from_stream(id);
-                            let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+                            let permit = permits
+                                .clone()
+                                .acquire_owned()
+                                .await
+                                .expect("semaphore open");
                             let me = self.clone();
                             let queue = queue.clone();
                             tasks.spawn(async move {
@@ -318,10 +372,22 @@ impl Receivers {
                     failures += 1;
                     reader = None;
                     if e.code() == Some("NOGROUP") {
-                        let _: redis::RedisResult<()> = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg(CONSUMER_GROUP).arg("0").arg("MKSTREAM").query_async(&mut self.conn.clone()).await;
+                        let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+                            .arg("CREATE")
+                            .arg(&key)
+                            .arg(CONSUMER_GROUP)
+                            .arg("0")
+                            .arg("MKSTREAM")
+                            .query_async(&mut self.conn.clone())
+                            .await;
                     }
                     tracing::error!(%queue, error = %e, "reading the queue failed; retrying");
-                    if crate::dispatch::sleep_or_shutdown(crate::dispatch::retry_delay(failures), &shutdown).await {
+                    if crate::dispatch::sleep_or_shutdown(
+                        crate::dispatch::retry_delay(failures),
+                        &shutdown,
+                    )
+                    .await
+                    {
                         break;
                     }
                 }
@@ -329,24 +395,41 @@ impl Receivers {
         }
         // Let running handlers finish within the grace period; unfinished entries stay pending
         // and are reclaimed by another consumer after the lease.
-        let _ = tokio::time::timeout(self.settings.shutdown_grace, async { while tasks.join_next().await.is_some() {} }).await;
+        let _ = tokio::time::timeout(self.settings.shutdown_grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
         tracing::info!(%queue, "receiver stopped");
     }
 
-    async fn housekeeping(&self, queue: &str, permits: &Arc<Semaphore>, tasks: &mut tokio::task::JoinSet<()>) -> Result<(), ReceiveError> {
+    async fn housekeeping(
+        &self,
+        queue: &str,
+        permits: &Arc<Semaphore>,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) -> Result<(), ReceiveError> {
         let key = self.key(queue);
         let mut conn = self.conn.clone();
         let now_ms = chrono::Utc::now().timestamp_millis();
         let _: i64 = ctx(
-            self.move_due.key(self.retry_key(queue)).key(&key).arg(now_ms).invoke_async(&mut conn).await,
+            self.move_due
+                .key(self.retry_key(queue))
+                .key(&key)
+                .arg(now_ms)
+                .invoke_async(&mut conn)
+                .await,
             || format!("move due retries of {queue}"),
         )?;
         // Entries a dead (or stalled) consumer held longer than the lease.
         let reply: redis::Value = ctx(
             redis::cmd("XAUTOCLAIM")
-                .arg(&key).arg(CONSUMER_GROUP).arg(&self.consumer)
+                .arg(&key)
+                .arg(CONSUMER_GROUP)
+                .arg(&self.consumer)
                 .arg(self.settings.receiver_lease.as_millis() as u64)
-                .arg("0-0").arg("COUNT").arg(100)
+                .arg("0-0")
+                .arg("COUNT")
+                .arg(100)
                 .query_async(&mut conn)
                 .await,
             || format!("reclaim stale entries of {queue}"),
@@ -354,10 +437,15 @@ impl Receivers {
         let claimed = parse_autoclaim(reply);
         if !claimed.is_empty() {
             tracing::warn!(%queue, count = claimed.len(), "reclaimed entries a consumer held past the lease");
-            metrics::counter!("outbox_receiver_reclaimed_total", "queue" => queue.to_string()).increment(claimed.len() as u64);
+            metrics::counter!("outbox_receiver_reclaimed_total", "queue" => queue.to_string())
+                .increment(claimed.len() as u64);
         }
         for entry in claimed {
-            let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+            let permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore open");
             let me = self.clone();
             let queue = queue.to_string();
             tasks.spawn(async move {
@@ -379,12 +467,23 @@ impl Receivers {
         let mut conn = self.conn.clone();
         let attempt = entry.handler_attempt();
         let Some(event_id) = entry.event_id() else {
-            return self.dead_letter(queue, &handler, &entry, "malformed entry: no event_id".into(), &mut conn).await;
+            return self
+                .dead_letter(
+                    queue,
+                    &handler,
+                    &entry,
+                    "malformed entry: no event_id".into(),
+                    &mut conn,
+                )
+                .await;
         };
         let marker = self.marker_key(&handler, event_id);
         let claimed: Option<String> = match redis::cmd("SET")
-            .arg(&marker).arg(format!("running:{}", self.consumer)).arg("NX")
-            .arg("PX").arg(self.settings.receiver_lease.as_millis() as u64)
+            .arg(&marker)
+            .arg(format!("running:{}", self.consumer))
+            .arg("NX")
+            .arg("PX")
+            .arg(self.settings.receiver_lease.as_millis() as u64)
             .query_async(&mut conn)
             .await
         {
@@ -397,9 +496,11 @@ impl Receivers {
         if claimed.is_none() {
             let state: Option<String> = conn.get(&marker).await.unwrap_or(None);
             if state.as_deref().is_some_and(|s| s.starts_with("done")) {
-                let _: redis::RedisResult<i64> = conn.xack(&key, CONSUMER_GROUP, &[&entry.stream_id]).await;
+                let _: redis::RedisResult<i64> =
+                    conn.xack(&key, CONSUMER_GROUP, &[&entry.stream_id]).await;
                 self.record_duplicate(event_id, &handler).await;
-                metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string()).increment(1);
+                metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string())
+                    .increment(1);
                 return HandledAs::Duplicate;
             }
             return HandledAs::Busy;
@@ -413,8 +514,11 @@ impl Receivers {
             Ok(()) => {
                 let done: redis::RedisResult<i64> = self
                     .finish
-                    .key(&marker).key(&key)
-                    .arg(CONSUMER_GROUP).arg(&entry.stream_id).arg("done:ok")
+                    .key(&marker)
+                    .key(&key)
+                    .arg(CONSUMER_GROUP)
+                    .arg(&entry.stream_id)
+                    .arg("done:ok")
                     .arg(self.settings.idempotency_ttl.as_secs().max(1))
                     .invoke_async(&mut conn)
                     .await;
@@ -423,9 +527,19 @@ impl Receivers {
                 }
                 HandledAs::Ok
             }
-            Err(HandlerFailure::Fail(reason)) => self.dead_letter(queue, &handler, &entry, reason, &mut conn).await,
+            Err(HandlerFailure::Fail(reason)) => {
+                self.dead_letter(queue, &handler, &entry, reason, &mut conn)
+                    .await
+            }
             Err(HandlerFailure::Retry(reason)) if attempt > self.settings.handler_max_retries => {
-                self.dead_letter(queue, &handler, &entry, format!("gave up after {attempt} attempts: {reason}"), &mut conn).await
+                self.dead_letter(
+                    queue,
+                    &handler,
+                    &entry,
+                    format!("gave up after {attempt} attempts: {reason}"),
+                    &mut conn,
+                )
+                .await
             }
             Err(HandlerFailure::Retry(reason)) => {
                 let delay = self.settings.handler_backoff_after(attempt);
@@ -438,8 +552,13 @@ impl Receivers {
                 let json = serde_json::to_string(&member).unwrap_or_default();
                 let r: redis::RedisResult<i64> = self
                     .retry
-                    .key(&marker).key(&key).key(self.retry_key(queue))
-                    .arg(CONSUMER_GROUP).arg(&entry.stream_id).arg(due).arg(json)
+                    .key(&marker)
+                    .key(&key)
+                    .key(self.retry_key(queue))
+                    .arg(CONSUMER_GROUP)
+                    .arg(&entry.stream_id)
+                    .arg(due)
+                    .arg(json)
                     .invoke_async(&mut conn)
                     .await;
                 if let Err(e) = r {
@@ -450,12 +569,29 @@ impl Receivers {
             }
         };
         metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
-        metrics::histogram!("outbox_handler_seconds", "handler" => handler.clone()).record(duration.as_secs_f64());
-        self.record_receipt(receipt_event, &receipt_handler, queue, &handled, attempt, duration, &published).await;
+        metrics::histogram!("outbox_handler_seconds", "handler" => handler.clone())
+            .record(duration.as_secs_f64());
+        self.record_receipt(
+            receipt_event,
+            &receipt_handler,
+            queue,
+            &handled,
+            attempt,
+            duration,
+            &published,
+        )
+        .await;
         handled
     }
 
-    async fn dead_letter(&self, queue: &str, handler: &str, entry: &QueueEntry, reason: String, conn: &mut ConnectionManager) -> HandledAs {
+    async fn dead_letter(
+        &self,
+        queue: &str,
+        handler: &str,
+        entry: &QueueEntry,
+        reason: String,
+        conn: &mut ConnectionManager,
+    ) -> HandledAs {
         let marker = self.marker_key(handler, entry.event_id().unwrap_or(0));
         let mut invocation = self.dead.key(&marker);
         invocation
@@ -467,10 +603,14 @@ impl Receivers {
             invocation.arg(field);
         }
         invocation
-            .arg("error").arg(&reason)
-            .arg("handler").arg(handler)
-            .arg("queue").arg(queue)
-            .arg("dead_at").arg(chrono::Utc::now().to_rfc3339());
+            .arg("error")
+            .arg(&reason)
+            .arg("handler")
+            .arg(handler)
+            .arg("queue")
+            .arg(queue)
+            .arg("dead_at")
+            .arg(chrono::Utc::now().to_rfc3339());
         let r: redis::RedisResult<i64> = invocation.invoke_async(conn).await;
         if let Err(e) = r {
             tracing::error!(%queue, error = %e, "could not dead-letter the entry; it will be redelivered");
@@ -481,11 +621,23 @@ impl Receivers {
 
     /// Run the handler; returns the outcome, the ids it published, and whom the receipt is
     /// about (for a plugin-invoke job: the hook event and the subscribed plugin).
-    async fn run_handler(&self, queue: &str, handler: &str, entry: &QueueEntry, attempt: u32) -> (Result<(), HandlerFailure>, Vec<i64>, (i64, String)) {
+    async fn run_handler(
+        &self,
+        queue: &str,
+        handler: &str,
+        entry: &QueueEntry,
+        attempt: u32,
+    ) -> (Result<(), HandlerFailure>, Vec<i64>, (i64, String)) {
         let mut receipt = (entry.event_id().unwrap_or(0), handler.to_string());
         let mut event = match entry.to_wit_event() {
             Ok(e) => e,
-            Err(e) => return (Err(HandlerFailure::Fail(format!("malformed entry: {e}"))), vec![], receipt),
+            Err(e) => {
+                return (
+                    Err(HandlerFailure::Fail(format!("malformed entry: {e}"))),
+                    vec![],
+                    receipt,
+                )
+            }
         };
         let mut plugin_name = handler.to_string();
         if handler == BUILTIN_PLUGIN_INVOKE {
@@ -500,10 +652,23 @@ impl Receivers {
             }
         }
         let Some(plugin) = self.live.registry.get(&plugin_name) else {
-            return (Err(HandlerFailure::Retry(format!("handler plugin {plugin_name} is not loaded"))), vec![], receipt);
+            return (
+                Err(HandlerFailure::Retry(format!(
+                    "handler plugin {plugin_name} is not loaded"
+                ))),
+                vec![],
+                receipt,
+            );
         };
         let Prepared::Handler(pre) = plugin.compiled.prepared.clone() else {
-            return (Err(HandlerFailure::Fail(format!("plugin {plugin_name} is a {} plugin, not a handler", plugin.world()))), vec![], receipt);
+            return (
+                Err(HandlerFailure::Fail(format!(
+                    "plugin {plugin_name} is a {} plugin, not a handler",
+                    plugin.world()
+                ))),
+                vec![],
+                receipt,
+            );
         };
         let routes = self.live.routes.load_full();
         let services = ReceiverServices::new(
@@ -527,7 +692,15 @@ impl Receivers {
         };
         let engine = self.live.registry.engine().clone();
         let joined = tokio::task::spawn_blocking(move || {
-            engine.call_handler(&plugin.name, &pre, &plugin.limits, Some(Box::new(services)), &plugin.config_json, &delivery)
+            engine
+                .call_handler(
+                    &plugin.name,
+                    &pre,
+                    &plugin.limits,
+                    Some(Box::new(services)),
+                    &plugin.config_json,
+                    &delivery,
+                )
                 .inspect(|_| plugin.record_call(true))
                 .inspect_err(|_| plugin.record_call(false))
         })
@@ -543,7 +716,17 @@ impl Receivers {
         (outcome, published, receipt)
     }
 
-    async fn record_receipt(&self, event_id: i64, handler: &str, queue: &str, handled: &HandledAs, attempts: u32, duration: Duration, published: &[i64]) {
+    #[allow(clippy::too_many_arguments)] // one row's columns; a struct would only rename them
+    async fn record_receipt(
+        &self,
+        event_id: i64,
+        handler: &str,
+        queue: &str,
+        handled: &HandledAs,
+        attempts: u32,
+        duration: Duration,
+        published: &[i64],
+    ) {
         let (result, error) = match handled {
             HandledAs::Ok => ("ok", None),
             HandledAs::Retry(e) => ("retry", Some(e.as_str())),
@@ -606,36 +789,66 @@ fn handled_label(h: &HandledAs) -> &'static str {
 
 /// A `plugin.invoke.*` job's target plugin and the hook event it carries.
 fn parse_invoke_job(job: &WitEvent) -> Result<(String, WitEvent), String> {
-    let payload: serde_json::Value = serde_json::from_str(&job.payload).map_err(|e| format!("plugin-invoke job {}: payload is not JSON: {e}", job.id))?;
-    let plugin = payload["plugin"].as_str().ok_or_else(|| format!("plugin-invoke job {}: no 'plugin'", job.id))?;
-    let hook = payload["hook"].as_str().ok_or_else(|| format!("plugin-invoke job {}: no 'hook'", job.id))?;
+    let payload: serde_json::Value = serde_json::from_str(&job.payload)
+        .map_err(|e| format!("plugin-invoke job {}: payload is not JSON: {e}", job.id))?;
+    let plugin = payload["plugin"]
+        .as_str()
+        .ok_or_else(|| format!("plugin-invoke job {}: no 'plugin'", job.id))?;
+    let hook = payload["hook"]
+        .as_str()
+        .ok_or_else(|| format!("plugin-invoke job {}: no 'hook'", job.id))?;
     let inner = &payload["event"];
     let event = WitEvent {
         id: inner["id"].as_i64().unwrap_or(job.id),
-        event_type: inner["event_type"].as_str().map(str::to_string).unwrap_or_else(|| format!("plugin.hook.{hook}")),
+        event_type: inner["event_type"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("plugin.hook.{hook}")),
         event_version: inner["event_version"].as_i64().unwrap_or(1) as i32,
-        tenant_id: inner["tenant_id"].as_str().map(str::to_string).or_else(|| job.tenant_id.clone()),
-        payload: inner.get("payload").map(|p| p.to_string()).unwrap_or_else(|| "{}".into()),
+        tenant_id: inner["tenant_id"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| job.tenant_id.clone()),
+        payload: inner
+            .get("payload")
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "{}".into()),
         headers: job.headers.clone(),
         dispatch_key: job.dispatch_key.clone(),
-        created_at: inner["created_at"].as_str().unwrap_or(&job.created_at).to_string(),
+        created_at: inner["created_at"]
+            .as_str()
+            .unwrap_or(&job.created_at)
+            .to_string(),
     };
     Ok((plugin.to_string(), event))
 }
 
 fn parse_autoclaim(reply: redis::Value) -> Vec<QueueEntry> {
     // [next-cursor, [[id, [k, v, ...]], ...], [deleted ids]]
-    let redis::Value::Array(parts) = reply else { return vec![] };
-    let Some(redis::Value::Array(entries)) = parts.get(1) else { return vec![] };
+    let redis::Value::Array(parts) = reply else {
+        return vec![];
+    };
+    let Some(redis::Value::Array(entries)) = parts.get(1) else {
+        return vec![];
+    };
     entries
         .iter()
         .filter_map(|e| {
-            let redis::Value::Array(pair) = e else { return None };
+            let redis::Value::Array(pair) = e else {
+                return None;
+            };
             let id: String = redis::from_redis_value(pair.first()?).ok()?;
             let raw: Vec<String> = redis::from_redis_value(pair.get(1)?).ok()?;
-            let mut fields: Vec<(String, String)> = raw.chunks(2).filter(|c| c.len() == 2).map(|c| (c[0].clone(), c[1].clone())).collect();
+            let mut fields: Vec<(String, String)> = raw
+                .chunks(2)
+                .filter(|c| c.len() == 2)
+                .map(|c| (c[0].clone(), c[1].clone()))
+                .collect();
             fields.sort();
-            Some(QueueEntry { stream_id: id, fields })
+            Some(QueueEntry {
+                stream_id: id,
+                fields,
+            })
         })
         .collect()
 }
@@ -653,20 +866,36 @@ async fn trim_acknowledged(conn: &mut ConnectionManager, key: &str) -> Result<()
     let mut floor: Option<(u64, u64)> = None;
     for group in &groups.groups {
         let needed = if group.pending > 0 {
-            let summary: redis::Value = ctx(redis::cmd("XPENDING").arg(key).arg(&group.name).query_async(conn).await, || format!("XPENDING {key}"))?;
+            let summary: redis::Value = ctx(
+                redis::cmd("XPENDING")
+                    .arg(key)
+                    .arg(&group.name)
+                    .query_async(conn)
+                    .await,
+                || format!("XPENDING {key}"),
+            )?;
             match summary {
-                redis::Value::Array(parts) => parts.get(1).and_then(|v| redis::from_redis_value::<String>(v).ok()),
+                redis::Value::Array(parts) => parts
+                    .get(1)
+                    .and_then(|v| redis::from_redis_value::<String>(v).ok()),
                 _ => None,
             }
         } else {
             // Everything delivered is acknowledged: keep from the entry after the last delivered.
             Some(next_id(&group.last_delivered_id))
         };
-        let Some(id) = needed.and_then(|id| parse_id(&id)) else { return Ok(()) };
+        let Some(id) = needed.and_then(|id| parse_id(&id)) else {
+            return Ok(());
+        };
         floor = Some(floor.map_or(id, |f| f.min(id)));
     }
     if let Some((ms, seq)) = floor {
-        let _: redis::RedisResult<i64> = redis::cmd("XTRIM").arg(key).arg("MINID").arg(format!("{ms}-{seq}")).query_async(conn).await;
+        let _: redis::RedisResult<i64> = redis::cmd("XTRIM")
+            .arg(key)
+            .arg("MINID")
+            .arg(format!("{ms}-{seq}"))
+            .query_async(conn)
+            .await;
     }
     Ok(())
 }
@@ -713,8 +942,12 @@ pub struct DeadLetters {
 impl DeadLetters {
     /// Connect.
     pub async fn connect(settings: &Settings) -> Result<Self, ReceiveError> {
-        let client = ctx(redis::Client::open(settings.redis_url.as_str()), || "invalid REDIS_URL".into())?;
-        let conn = ctx(ConnectionManager::new(client).await, || "connect to Redis".into())?;
+        let client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
+            "invalid REDIS_URL".into()
+        })?;
+        let conn = ctx(ConnectionManager::new(client).await, || {
+            "connect to Redis".into()
+        })?;
         Ok(Self {
             conn,
             prefix: settings.redis_prefix.clone(),
@@ -727,7 +960,8 @@ impl DeadLetters {
         let mut conn = self.conn.clone();
         for queue in queues {
             let key = format!("{}{}.dead-letter", self.prefix, queue);
-            let reply: redis::streams::StreamRangeReply = ctx(conn.xrange_all(&key).await, || format!("read {key}"))?;
+            let reply: redis::streams::StreamRangeReply =
+                ctx(conn.xrange_all(&key).await, || format!("read {key}"))?;
             for id in reply.ids {
                 let entry = QueueEntry::from_stream(&id);
                 out.push(DeadLetter {
@@ -752,7 +986,18 @@ impl DeadLetters {
         let mut fields: Vec<(String, String)> = letter
             .fields
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "error" | "handler" | "queue" | "dead_at" | "handler_attempt" | "last_error" | "retry_nonce"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "error"
+                        | "handler"
+                        | "queue"
+                        | "dead_at"
+                        | "handler_attempt"
+                        | "last_error"
+                        | "retry_nonce"
+                )
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         fields.sort();
@@ -760,10 +1005,22 @@ impl DeadLetters {
         let stream = format!("{}{}", self.prefix, letter.queue);
         let dead = format!("{}{}.dead-letter", self.prefix, letter.queue);
         let handler = letter.fields.get("handler").cloned().unwrap_or_default();
-        let marker = format!("{}outbox:handled:{}:{}", self.prefix, handler, letter.event_id.unwrap_or(0));
+        let marker = format!(
+            "{}outbox:handled:{}:{}",
+            self.prefix,
+            handler,
+            letter.event_id.unwrap_or(0)
+        );
         let mut pipe = redis::pipe();
-        pipe.atomic().del(&marker).ignore().xadd(&stream, "*", &fields).xdel(&dead, &[&letter.dead_letter_id]).ignore();
-        let (id,): (String,) = ctx(pipe.query_async(&mut conn).await, || format!("replay {} to {}", letter.dead_letter_id, letter.queue))?;
+        pipe.atomic()
+            .del(&marker)
+            .ignore()
+            .xadd(&stream, "*", &fields)
+            .xdel(&dead, &[&letter.dead_letter_id])
+            .ignore();
+        let (id,): (String,) = ctx(pipe.query_async(&mut conn).await, || {
+            format!("replay {} to {}", letter.dead_letter_id, letter.queue)
+        })?;
         Ok(id)
     }
 
@@ -771,7 +1028,9 @@ impl DeadLetters {
     pub async fn drop_letter(&self, letter: &DeadLetter) -> Result<(), ReceiveError> {
         let mut conn = self.conn.clone();
         let dead = format!("{}{}.dead-letter", self.prefix, letter.queue);
-        let _: i64 = ctx(conn.xdel(&dead, &[&letter.dead_letter_id]).await, || format!("drop {}", letter.dead_letter_id))?;
+        let _: i64 = ctx(conn.xdel(&dead, &[&letter.dead_letter_id]).await, || {
+            format!("drop {}", letter.dead_letter_id)
+        })?;
         Ok(())
     }
 }

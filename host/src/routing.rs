@@ -78,7 +78,7 @@ pub struct RouteTable {
 impl RouteTable {
     /// Build a table; rules are kept most specific first so the first match is the longest.
     pub fn new(mut rules: Vec<RouteRule>) -> Self {
-        rules.sort_by(|a, b| b.specificity().cmp(&a.specificity()));
+        rules.sort_by_key(|r| std::cmp::Reverse(r.specificity()));
         Self { rules }
     }
 

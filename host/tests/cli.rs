@@ -74,7 +74,15 @@ async fn cli_bad_input_is_rejected_with_a_clear_error_and_writes_nothing(pool: P
     let big = format!("{{\"blob\": \"{}\"}}", "x".repeat(300 * 1024));
     let file = std::env::temp_dir().join(format!("outbox-cli-{db}.json"));
     std::fs::write(&file, big).unwrap();
-    let out = outbox(&url, &["publish", "mail.welcome", "--payload", &format!("@{}", file.display())]);
+    let out = outbox(
+        &url,
+        &[
+            "publish",
+            "mail.welcome",
+            "--payload",
+            &format!("@{}", file.display()),
+        ],
+    );
     std::fs::remove_file(&file).ok();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("over the limit of 262144 bytes"));
@@ -297,44 +305,92 @@ fn cli_plugins_new_scaffolds_a_crate_and_refuses_to_overwrite() {
 #[tokio::test]
 async fn cli_dead_letter_list_replay_and_drop() {
     let prefix = format!("cli-test-{}:", std::process::id());
-    let client = redis::Client::open(std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())).unwrap();
+    let client = redis::Client::open(
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into()),
+    )
+    .unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let dead = format!("{prefix}outbox.workflow.dead-letter");
     for event in ["41", "42"] {
         let _: String = redis::cmd("XADD")
-            .arg(&dead).arg("*")
-            .arg("event_id").arg(event).arg("event_type").arg("workflow.trigger.event")
-            .arg("payload").arg("{}").arg("handler").arg("workflow-trigger")
-            .arg("handler_attempt").arg("3").arg("error").arg("gave up after 3 attempts: boom")
-            .query_async(&mut conn).await.unwrap();
+            .arg(&dead)
+            .arg("*")
+            .arg("event_id")
+            .arg(event)
+            .arg("event_type")
+            .arg("workflow.trigger.event")
+            .arg("payload")
+            .arg("{}")
+            .arg("handler")
+            .arg("workflow-trigger")
+            .arg("handler_attempt")
+            .arg("3")
+            .arg("error")
+            .arg("gave up after 3 attempts: boom")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
     }
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_outbox"))
             .args(args)
-            .env("OUTBOX_CONFIG", concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"))
+            .env(
+                "OUTBOX_CONFIG",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"),
+            )
             .env("OUTBOX_REDIS_PREFIX", &prefix)
             .env("RUST_LOG", "warn")
             .output()
             .unwrap()
     };
     let out = run(&["dead-letter", "list", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed["selected"].as_array().unwrap().len(), 2);
-    assert_eq!(listed["selected"][0]["error"], "gave up after 3 attempts: boom");
+    assert_eq!(
+        listed["selected"][0]["error"],
+        "gave up after 3 attempts: boom"
+    );
 
     let out = run(&["dead-letter", "replay", "--event", "41", "--dry-run"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("dry run: 1 entries would be replayed"));
-    let len: i64 = redis::cmd("XLEN").arg(&dead).query_async(&mut conn).await.unwrap();
+    let len: i64 = redis::cmd("XLEN")
+        .arg(&dead)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(len, 2, "dry run changes nothing");
 
     let out = run(&["dead-letter", "replay", "--event", "41"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let queued: Vec<redis::Value> = redis::cmd("XRANGE").arg(format!("{prefix}outbox.workflow")).arg("-").arg("+").query_async(&mut conn).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let queued: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(format!("{prefix}outbox.workflow"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(queued.len(), 1, "replayed onto the queue");
     let out = run(&["dead-letter", "drop", "--event", "42"]);
     assert!(out.status.success());
-    let len: i64 = redis::cmd("XLEN").arg(&dead).query_async(&mut conn).await.unwrap();
+    let len: i64 = redis::cmd("XLEN")
+        .arg(&dead)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(len, 0);
-    let _: () = redis::cmd("DEL").arg(&dead).arg(format!("{prefix}outbox.workflow")).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&dead)
+        .arg(format!("{prefix}outbox.workflow"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }

@@ -34,7 +34,8 @@ fn claimed(id: i64, event_type: &str) -> ClaimedEvent {
 /// The default table plus edge cases (a wildcard, a fan-out, a longer prefix under a shorter
 /// one), routed by the prefix-router plugin, plus `extra` TOML.
 fn plugin_routes(extra: &str) -> String {
-    let defaults = RoutesFile::parse(DEFAULT_ROUTES_TOML, std::path::Path::new("routes.toml")).unwrap();
+    let defaults =
+        RoutesFile::parse(DEFAULT_ROUTES_TOML, std::path::Path::new("routes.toml")).unwrap();
     let mut text = String::from(
         "[routes]\n\"*.deleted\" = \"outbox.audit\"\n\"order.\" = [\"outbox.audit\", \"outbox.search-index\"]\n\"mail.bounce.\" = \"outbox.webhook\"\n",
     );
@@ -52,9 +53,17 @@ async fn router_plugin_gives_the_same_queues_as_the_native_table() {
     let config = fixture.config(&outbox_host::config::Settings::default());
     let live = start_plugins(&config).await.unwrap();
     let router = live.router.current();
-    assert_eq!(router.name(), "prefix-router", "routing goes through the plugin");
+    assert_eq!(
+        router.name(),
+        "prefix-router",
+        "routing goes through the plugin"
+    );
     let native = config.routes.route_table();
-    let mut types: Vec<String> = native.rules().iter().map(|r| format!("{}x", r.prefix.trim_start_matches('*'))).collect();
+    let mut types: Vec<String> = native
+        .rules()
+        .iter()
+        .map(|r| format!("{}x", r.prefix.trim_start_matches('*')))
+        .collect();
     types.extend(
         [
             "user.deleted",
@@ -74,7 +83,11 @@ async fn router_plugin_gives_the_same_queues_as_the_native_table() {
         ]
         .map(String::from),
     );
-    let events: Vec<ClaimedEvent> = types.iter().enumerate().map(|(i, t)| claimed(i as i64, t)).collect();
+    let events: Vec<ClaimedEvent> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| claimed(i as i64, t))
+        .collect();
     let from_plugin = router.route_batch(&events).unwrap();
     let from_table = native.route_batch(&events).unwrap();
     for ((t, p), n) in types.iter().zip(&from_plugin).zip(&from_table) {
@@ -84,7 +97,10 @@ async fn router_plugin_gives_the_same_queues_as_the_native_table() {
         from_plugin[types.iter().position(|t| t == "order.placed").unwrap()],
         RouteDecision::Queues(vec!["outbox.audit".into(), "outbox.search-index".into()])
     );
-    assert!(matches!(&from_plugin[types.iter().position(|t| t == "unknown.type").unwrap()], RouteDecision::NoRoute(_)));
+    assert!(matches!(
+        &from_plugin[types.iter().position(|t| t == "unknown.type").unwrap()],
+        RouteDecision::NoRoute(_)
+    ));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -96,12 +112,24 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
          [plugins.loop-forever]\n{limits}[plugins.alloc-forever]\n{limits}[plugins.trap]\n{limits}[plugins.garbage]\n{limits}"
     );
     let fixture = PluginFixture::new(
-        &["prefix-router", "test/loop-forever", "test/alloc-forever", "test/trap", "test/garbage"],
+        &[
+            "prefix-router",
+            "test/loop-forever",
+            "test/alloc-forever",
+            "test/trap",
+            "test/garbage",
+        ],
         &plugin_routes(&extra),
     );
     let config = fixture.config(&env.settings);
     let live = start_plugins(&config).await.unwrap();
-    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), Arc::new(config.settings.clone()), "w1");
+    let dispatcher = Dispatcher::new(
+        env.pool.clone(),
+        env.sink().await,
+        live.router.clone(),
+        Arc::new(config.settings.clone()),
+        "w1",
+    );
     let ids = env
         .publish_all(vec![
             NewEvent::new("mail.welcome", json!({})),
@@ -115,7 +143,10 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
         .await;
     let started = Instant::now();
     let report = dispatcher.drain().await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(20), "limits end runaway plugins");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "limits end runaway plugins"
+    );
     assert_eq!(report.done, 3, "the good events go on: {report:?}");
     for (id, expect) in [
         (ids[1], "loop-forever"),
@@ -128,7 +159,10 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
         assert_eq!(status, "pending", "{expect} retries later");
         assert!(error.contains(&format!("plugin {expect}")), "{error}");
         match expect {
-            "loop-forever" => assert!(error.contains("ran out of fuel") || error.contains("time limit"), "{error}"),
+            "loop-forever" => assert!(
+                error.contains("ran out of fuel") || error.contains("time limit"),
+                "{error}"
+            ),
             "alloc-forever" => assert!(error.contains("memory limit"), "{error}"),
             "trap" => assert!(error.contains("trapped"), "{error}"),
             _ => assert!(error.contains("returned"), "{error}"),
@@ -145,14 +179,32 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
 #[tokio::test]
 async fn a_guest_cannot_read_files_env_or_open_sockets() {
     let extra = "[router.overrides]\n\"probe.\" = \"sandbox-probe\"\n[plugins.sandbox-probe]\n";
-    let fixture = PluginFixture::new(&["prefix-router", "test/sandbox-probe"], &plugin_routes(extra));
+    let fixture = PluginFixture::new(
+        &["prefix-router", "test/sandbox-probe"],
+        &plugin_routes(extra),
+    );
     // Make sure there is something to find if the sandbox leaked.
     std::env::set_var("OUTBOX_PROBE_SECRET", "leak");
-    let live = start_plugins(&fixture.config(&outbox_host::config::Settings::default())).await.unwrap();
-    let decisions = live.router.current().route_batch(&[claimed(1, "probe.everything")]).unwrap();
-    let RouteDecision::Queues(found) = &decisions[0] else { panic!("{decisions:?}") };
-    for expected in ["probe.file-denied", "probe.env-empty", "probe.socket-denied"] {
-        assert!(found.contains(&expected.to_string()), "{expected} not in {found:?}");
+    let live = start_plugins(&fixture.config(&outbox_host::config::Settings::default()))
+        .await
+        .unwrap();
+    let decisions = live
+        .router
+        .current()
+        .route_batch(&[claimed(1, "probe.everything")])
+        .unwrap();
+    let RouteDecision::Queues(found) = &decisions[0] else {
+        panic!("{decisions:?}")
+    };
+    for expected in [
+        "probe.file-denied",
+        "probe.env-empty",
+        "probe.socket-denied",
+    ] {
+        assert!(
+            found.contains(&expected.to_string()),
+            "{expected} not in {found:?}"
+        );
     }
 }
 
@@ -165,7 +217,13 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
     let live = start_plugins(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let watcher = live.clone().watch(shutdown.clone()).unwrap();
-    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), Arc::new(config.settings.clone()), "w1");
+    let dispatcher = Dispatcher::new(
+        env.pool.clone(),
+        env.sink().await,
+        live.router.clone(),
+        Arc::new(config.settings.clone()),
+        "w1",
+    );
     let run = tokio::spawn(dispatcher.run(shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await; // watcher armed
 
@@ -174,12 +232,18 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
     let mut switched_after = None;
     let alt = std::fs::read(plugin_file("test/prefix-router-alt")).unwrap();
     for i in 0..300 {
-        ids.extend(env.publish_all(vec![NewEvent::new("mail.welcome", json!({"i": i}))]).await);
+        ids.extend(
+            env.publish_all(vec![NewEvent::new("mail.welcome", json!({"i": i}))])
+                .await,
+        );
         if i == 100 {
             fixture.replace("prefix-router.wasm", &alt);
             written_at = Some(Instant::now());
         }
-        if switched_after.is_none() && written_at.is_some() && !env.event_ids("outbox.alt").await.is_empty() {
+        if switched_after.is_none()
+            && written_at.is_some()
+            && !env.event_ids("outbox.alt").await.is_empty()
+        {
             switched_after = Some(written_at.unwrap().elapsed());
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -195,10 +259,16 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
     assert_eq!(old.len() + new.len(), ids.len(), "none twice");
     assert_eq!(all, ids.iter().copied().collect(), "none lost");
     assert!(!old.is_empty() && !new.is_empty());
-    assert!(old.iter().max() < new.iter().min(), "a clean switch: old route before, new route after");
+    assert!(
+        old.iter().max() < new.iter().min(),
+        "a clean switch: old route before, new route after"
+    );
     let switched_after = switched_after.expect("switched during the run");
     println!("switched {switched_after:?} after the write");
-    assert!(switched_after < Duration::from_secs(1), "switch took {switched_after:?}");
+    assert!(
+        switched_after < Duration::from_secs(1),
+        "switch took {switched_after:?}"
+    );
     shutdown.cancel();
     run.await.unwrap();
     watcher.await.unwrap();
@@ -213,34 +283,72 @@ async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(po
     let live = start_plugins(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let watcher = live.clone().watch(shutdown.clone()).unwrap();
-    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), Arc::new(config.settings.clone()), "w1");
+    let dispatcher = Dispatcher::new(
+        env.pool.clone(),
+        env.sink().await,
+        live.router.clone(),
+        Arc::new(config.settings.clone()),
+        "w1",
+    );
     let hash_before = live.registry.list()[0].hash.clone();
 
     fixture.replace("prefix-router.wasm", b"\0asm this is not a component");
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(live.registry.list()[0].hash, hash_before, "broken .wasm rejected");
-    let a = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+    assert_eq!(
+        live.registry.list()[0].hash,
+        hash_before,
+        "broken .wasm rejected"
+    );
+    let a = env
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({}))])
+        .await[0];
     dispatcher.drain().await.unwrap();
-    assert_eq!(env.event_ids("outbox.mail").await, vec![a], "routing still works");
+    assert_eq!(
+        env.event_ids("outbox.mail").await,
+        vec![a],
+        "routing still works"
+    );
 
     fixture.replace("routes.toml", b"[routes\n\"mail.\" = ");
     tokio::time::sleep(Duration::from_millis(800)).await;
-    fixture.replace("routes.toml", plugin_routes("[settings]\nnot_a_setting = 1\n").as_bytes());
+    fixture.replace(
+        "routes.toml",
+        plugin_routes("[settings]\nnot_a_setting = 1\n").as_bytes(),
+    );
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let b = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+    let b = env
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({}))])
+        .await[0];
     dispatcher.drain().await.unwrap();
-    assert_eq!(env.event_ids("outbox.mail").await, vec![a, b], "old routes keep serving");
+    assert_eq!(
+        env.event_ids("outbox.mail").await,
+        vec![a, b],
+        "old routes keep serving"
+    );
 
     // A valid edit is applied.
-    fixture.replace("routes.toml", plugin_routes("").replace("\"mail.\" = [\"outbox.mail\"]", "\"mail.\" = [\"outbox.mail-v2\"]").as_bytes());
+    fixture.replace(
+        "routes.toml",
+        plugin_routes("")
+            .replace(
+                "\"mail.\" = [\"outbox.mail\"]",
+                "\"mail.\" = [\"outbox.mail-v2\"]",
+            )
+            .as_bytes(),
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let c = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+        let c = env
+            .publish_all(vec![NewEvent::new("mail.welcome", json!({}))])
+            .await[0];
         dispatcher.drain().await.unwrap();
         if env.event_ids("outbox.mail-v2").await == vec![c] {
             break;
         }
-        assert!(Instant::now() < deadline, "valid routes.toml edit not applied");
+        assert!(
+            Instant::now() < deadline,
+            "valid routes.toml edit not applied"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let _ = RoutesFile::default();

@@ -85,20 +85,43 @@ struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-async fn start(env: &TestEnv, fixture: &PluginFixture, consumer: &str, with_receivers: bool) -> Running {
+async fn start(
+    env: &TestEnv,
+    fixture: &PluginFixture,
+    consumer: &str,
+    with_receivers: bool,
+) -> Running {
     let config = fixture.config(&env.settings);
     let live = start_plugins(&config).await.unwrap();
     let settings = Arc::new(config.settings.clone());
     let shutdown = CancellationToken::new();
-    let dispatcher = Dispatcher::new(env.pool.clone(), env.sink().await, live.router.clone(), settings.clone(), format!("{consumer}-dispatch"));
-    let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone())), live.clone().watch(shutdown.clone()).unwrap()];
-    let receivers = Receivers::new(env.pool.clone(), live.clone(), settings, consumer).await.unwrap();
+    let dispatcher = Dispatcher::new(
+        env.pool.clone(),
+        env.sink().await,
+        live.router.clone(),
+        settings.clone(),
+        format!("{consumer}-dispatch"),
+    );
+    let mut tasks = vec![
+        tokio::spawn(dispatcher.run(shutdown.clone())),
+        live.clone().watch(shutdown.clone()).unwrap(),
+    ];
+    let receivers = Receivers::new(env.pool.clone(), live.clone(), settings, consumer)
+        .await
+        .unwrap();
     if with_receivers {
         for queue in receivers.queues_for_group(Some("general")) {
-            tasks.push(tokio::spawn(receivers.clone().consume(queue, shutdown.clone())));
+            tasks.push(tokio::spawn(
+                receivers.clone().consume(queue, shutdown.clone()),
+            ));
         }
     }
-    Running { live, receivers, shutdown, tasks }
+    Running {
+        live,
+        receivers,
+        shutdown,
+        tasks,
+    }
 }
 
 impl Running {
@@ -141,36 +164,71 @@ async fn workflow_trigger_fans_out_to_exactly_n_executions_despite_redelivery(po
 
     // The application publishes in its own transaction.
     let trigger = env
-        .publish_all(vec![NewEvent::new("workflow.trigger.event", json!({"trigger": "user.signed-up", "data": {"user": 7}}))])
+        .publish_all(vec![NewEvent::new(
+            "workflow.trigger.event",
+            json!({"trigger": "user.signed-up", "data": {"user": 7}}),
+        )])
         .await[0];
-    wait_for("3 executor jobs", Duration::from_secs(20), async || env.entries("outbox.workflow-executor").await.len() >= 3).await;
+    wait_for("3 executor jobs", Duration::from_secs(20), async || {
+        env.entries("outbox.workflow-executor").await.len() >= 3
+    })
+    .await;
 
     // The trigger job is delivered a second time (a redelivery after a lost ack, say).
-    let first = env.entries("outbox.workflow").await.into_iter().find(|e| e["event_id"] == trigger.to_string()).unwrap();
+    let first = env
+        .entries("outbox.workflow")
+        .await
+        .into_iter()
+        .find(|e| e["event_id"] == trigger.to_string())
+        .unwrap();
     let fields: Vec<(String, String)> = first.into_iter().collect();
     let mut conn = env.redis.clone();
-    let _: String = redis::AsyncCommands::xadd(&mut conn, format!("{}outbox.workflow", env.prefix), "*", &fields).await.unwrap();
+    let _: String = redis::AsyncCommands::xadd(
+        &mut conn,
+        format!("{}outbox.workflow", env.prefix),
+        "*",
+        &fields,
+    )
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let jobs = env.entries("outbox.workflow-executor").await;
-    assert_eq!(jobs.len(), 3, "one executor job per enabled matching workflow, no duplicates");
+    assert_eq!(
+        jobs.len(),
+        3,
+        "one executor job per enabled matching workflow, no duplicates"
+    );
     let mut ids: Vec<String> = jobs
         .iter()
-        .map(|j| serde_json::from_str::<serde_json::Value>(&j["payload"]).unwrap()["request"]["workflow_id"].as_str().unwrap().to_string())
+        .map(|j| {
+            serde_json::from_str::<serde_json::Value>(&j["payload"]).unwrap()["request"]
+                ["workflow_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     ids.sort();
     assert_eq!(ids, ["audit", "crm-sync", "welcome"]);
-    let executions: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let executions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
     assert_eq!(executions, 3);
-    let (published, duplicates): (Vec<i64>, i32) = sqlx::query_as("SELECT published_ids, duplicates FROM outbox_receipt WHERE event_id = $1")
-        .bind(trigger)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(published.len(), 3, "the receipt names the events the handler published");
+    let (published, duplicates): (Vec<i64>, i32) =
+        sqlx::query_as("SELECT published_ids, duplicates FROM outbox_receipt WHERE event_id = $1")
+            .bind(trigger)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        published.len(),
+        3,
+        "the receipt names the events the handler published"
+    );
     assert_eq!(duplicates, 1, "the second delivery was a no-op");
     running.stop().await;
     env.cleanup().await;
@@ -184,32 +242,81 @@ async fn receiver_killed_mid_handler_is_rerun_without_duplicate_children(pool: P
     // Dispatcher only: a consumer that "dies" takes the trigger entry first.
     let running = start(&env, &fixture, "survivor", false).await;
     let trigger = env
-        .publish_all(vec![NewEvent::new("workflow.trigger.event", json!({"trigger": "user.signed-up"}))])
+        .publish_all(vec![NewEvent::new(
+            "workflow.trigger.event",
+            json!({"trigger": "user.signed-up"}),
+        )])
         .await[0];
-    wait_for("the trigger entry", Duration::from_secs(10), async || !env.entries("outbox.workflow").await.is_empty()).await;
+    wait_for("the trigger entry", Duration::from_secs(10), async || {
+        !env.entries("outbox.workflow").await.is_empty()
+    })
+    .await;
     let mut conn = env.redis.clone();
     let key = format!("{}outbox.workflow", env.prefix);
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("outbox").arg("0").query_async(&mut conn).await.unwrap();
-    let taken: redis::Value = redis::cmd("XREADGROUP").arg("GROUP").arg("outbox").arg("dying").arg("COUNT").arg(10).arg("STREAMS").arg(&key).arg(">").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("outbox")
+        .arg("0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let taken: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("outbox")
+        .arg("dying")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&key)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(matches!(taken, redis::Value::Array(_)));
     // It got as far as claiming the event and publishing the first child, then died.
-    let _: () = redis::cmd("SET").arg(format!("{}outbox:handled:workflow-trigger:{trigger}", env.prefix)).arg("running:dying").arg("PX").arg(800).query_async(&mut conn).await.unwrap();
-    env.publish_all(vec![NewEvent::new("workflow.execution.requested", json!({"workflow_id": "welcome", "trigger_event_id": trigger, "data": {}}))
-        .with_dispatch_key(format!("child:{trigger}:workflow-trigger:0"))])
+    let _: () = redis::cmd("SET")
+        .arg(format!(
+            "{}outbox:handled:workflow-trigger:{trigger}",
+            env.prefix
+        ))
+        .arg("running:dying")
+        .arg("PX")
+        .arg(800)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    env.publish_all(vec![NewEvent::new(
+        "workflow.execution.requested",
+        json!({"workflow_id": "welcome", "trigger_event_id": trigger, "data": {}}),
+    )
+    .with_dispatch_key(format!("child:{trigger}:workflow-trigger:0"))])
         .await;
 
     for queue in running.receivers.queues_for_group(Some("general")) {
         let r = running.receivers.clone();
         tokio::spawn(r.consume(queue, running.shutdown.clone()));
     }
-    wait_for("3 executor jobs", Duration::from_secs(20), async || env.entries("outbox.workflow-executor").await.len() >= 3).await;
+    wait_for("3 executor jobs", Duration::from_secs(20), async || {
+        env.entries("outbox.workflow-executor").await.len() >= 3
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(env.entries("outbox.workflow-executor").await.len(), 3, "exactly N executions");
-    let executions: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(executions, 3, "the rerun reused the children's dispatch keys");
+    assert_eq!(
+        env.entries("outbox.workflow-executor").await.len(),
+        3,
+        "exactly N executions"
+    );
+    let executions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        executions, 3,
+        "the rerun reused the children's dispatch keys"
+    );
     running.stop().await;
     env.cleanup().await;
 }
@@ -222,17 +329,32 @@ async fn plugin_hooks_reach_each_subscribed_plugin_once(pool: PgPool) {
     let running = start(&env, &fixture, "c1", true).await;
     let ids = env
         .publish_all(vec![
-            NewEvent::new("plugin.hook.workflow.executed", json!({"workflow_id": "welcome"})),
-            NewEvent::new("plugin.hook.workflow.failed", json!({"workflow_id": "crm-sync"})),
+            NewEvent::new(
+                "plugin.hook.workflow.executed",
+                json!({"workflow_id": "welcome"}),
+            ),
+            NewEvent::new(
+                "plugin.hook.workflow.failed",
+                json!({"workflow_id": "crm-sync"}),
+            ),
         ])
         .await;
     let (executed, failed) = (ids[0], ids[1]);
     wait_for("three hook receipts", Duration::from_secs(20), async || {
-        receipts(&env).await.iter().filter(|r| r.1 == "audit-log" || r.1 == "notifier").count() >= 3
+        receipts(&env)
+            .await
+            .iter()
+            .filter(|r| r.1 == "audit-log" || r.1 == "notifier")
+            .count()
+            >= 3
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let hook_receipts: Vec<(i64, String, String, i32)> = receipts(&env).await.into_iter().filter(|r| r.1 == "audit-log" || r.1 == "notifier").collect();
+    let hook_receipts: Vec<(i64, String, String, i32)> = receipts(&env)
+        .await
+        .into_iter()
+        .filter(|r| r.1 == "audit-log" || r.1 == "notifier")
+        .collect();
     assert_eq!(
         hook_receipts,
         vec![
@@ -251,23 +373,42 @@ async fn ungranted_capability_is_denied_audited_and_writes_nothing(pool: PgPool)
     test_env_settings(&mut env);
     let fixture = PluginFixture::new(PLUGINS, &routes(true));
     let running = start(&env, &fixture, "c1", true).await;
-    let id = env.publish_all(vec![NewEvent::new("greedy.try", json!({}))]).await[0];
-    wait_for("the greedy receipt", Duration::from_secs(20), async || receipts(&env).await.iter().any(|r| r.0 == id)).await;
-    let receipt = receipts(&env).await.into_iter().find(|r| r.0 == id).unwrap();
-    assert_eq!(receipt.2, "ok", "greedy returns ok only when every call was denied: {receipt:?}");
-    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'billing.charge'")
-        .fetch_one(&env.pool)
+    let id = env
+        .publish_all(vec![NewEvent::new("greedy.try", json!({}))])
+        .await[0];
+    wait_for("the greedy receipt", Duration::from_secs(20), async || {
+        receipts(&env).await.iter().any(|r| r.0 == id)
+    })
+    .await;
+    let receipt = receipts(&env)
         .await
+        .into_iter()
+        .find(|r| r.0 == id)
         .unwrap();
+    assert_eq!(
+        receipt.2, "ok",
+        "greedy returns ok only when every call was denied: {receipt:?}"
+    );
+    let charges: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'billing.charge'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(charges, 0, "nothing published");
     let mut conn = env.redis.clone();
-    let kv: Vec<String> = redis::AsyncCommands::keys(&mut conn, format!("{}outbox:kv:*", env.prefix)).await.unwrap();
+    let kv: Vec<String> =
+        redis::AsyncCommands::keys(&mut conn, format!("{}outbox:kv:*", env.prefix))
+            .await
+            .unwrap();
     assert!(kv.is_empty(), "nothing stored");
     let audits: Vec<serde_json::Value> = sqlx::query_scalar("SELECT payload FROM outbox_event WHERE event_type = 'plugin.capability-use.denied' ORDER BY id")
         .fetch_all(&env.pool)
         .await
         .unwrap();
-    let capabilities: Vec<&str> = audits.iter().map(|a| a["capability"].as_str().unwrap()).collect();
+    let capabilities: Vec<&str> = audits
+        .iter()
+        .map(|a| a["capability"].as_str().unwrap())
+        .collect();
     assert_eq!(capabilities, ["publish", "kv", "http"], "{audits:?}");
     assert!(audits.iter().all(|a| a["plugin"] == "greedy"));
     running.stop().await;
@@ -281,22 +422,60 @@ async fn consumer_dying_with_entries_lets_another_take_them_after_the_lease(pool
     let fixture = PluginFixture::new(PLUGINS, &routes(true));
     let running = start(&env, &fixture, "survivor", false).await;
     let ids = env
-        .publish_all((0..5).map(|i| NewEvent::new("plugin.hook.workflow.failed", json!({"i": i}))).collect())
+        .publish_all(
+            (0..5)
+                .map(|i| NewEvent::new("plugin.hook.workflow.failed", json!({"i": i})))
+                .collect(),
+        )
         .await;
-    wait_for("5 hook entries", Duration::from_secs(10), async || env.entries("outbox.plugin-hook").await.len() == 5).await;
-    let mut conn = env.redis.clone();
-    let key = format!("{}outbox.plugin-hook", env.prefix);
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("outbox").arg("0").query_async(&mut conn).await.unwrap();
-    let _: redis::Value = redis::cmd("XREADGROUP").arg("GROUP").arg("outbox").arg("dead-consumer").arg("COUNT").arg(10).arg("STREAMS").arg(&key).arg(">").query_async(&mut conn).await.unwrap();
-    let taken_at = Instant::now();
-    for queue in running.receivers.queues_for_group(Some("general")) {
-        tokio::spawn(running.receivers.clone().consume(queue, running.shutdown.clone()));
-    }
-    wait_for("all 5 handled", Duration::from_secs(20), async || {
-        receipts(&env).await.iter().filter(|r| ids.contains(&r.0) && r.1 == "plugin-hook" && r.2 == "ok").count() == 5
+    wait_for("5 hook entries", Duration::from_secs(10), async || {
+        env.entries("outbox.plugin-hook").await.len() == 5
     })
     .await;
-    assert!(taken_at.elapsed() >= Duration::from_millis(800), "reclaimed only after the lease");
+    let mut conn = env.redis.clone();
+    let key = format!("{}outbox.plugin-hook", env.prefix);
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("outbox")
+        .arg("0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("outbox")
+        .arg("dead-consumer")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&key)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let taken_at = Instant::now();
+    for queue in running.receivers.queues_for_group(Some("general")) {
+        tokio::spawn(
+            running
+                .receivers
+                .clone()
+                .consume(queue, running.shutdown.clone()),
+        );
+    }
+    wait_for("all 5 handled", Duration::from_secs(20), async || {
+        receipts(&env)
+            .await
+            .iter()
+            .filter(|r| ids.contains(&r.0) && r.1 == "plugin-hook" && r.2 == "ok")
+            .count()
+            == 5
+    })
+    .await;
+    assert!(
+        taken_at.elapsed() >= Duration::from_millis(800),
+        "reclaimed only after the lease"
+    );
     running.stop().await;
     env.cleanup().await;
 }
@@ -307,23 +486,44 @@ async fn always_failing_handler_dead_letters_then_replay_delivers_after_a_fix(po
     test_env_settings(&mut env);
     let fixture = PluginFixture::new(PLUGINS, &routes(false));
     let running = start(&env, &fixture, "c1", true).await;
-    let id = env.publish_all(vec![NewEvent::new("flaky.job", json!({}))]).await[0];
-    let dead = DeadLetters::connect(&fixture.config(&env.settings).settings).await.unwrap();
+    let id = env
+        .publish_all(vec![NewEvent::new("flaky.job", json!({}))])
+        .await[0];
+    let dead = DeadLetters::connect(&fixture.config(&env.settings).settings)
+        .await
+        .unwrap();
     let queues = vec!["outbox.flaky".to_string()];
-    wait_for("the dead letter", Duration::from_secs(20), async || !dead.list(&queues).await.unwrap().is_empty()).await;
+    wait_for("the dead letter", Duration::from_secs(20), async || {
+        !dead.list(&queues).await.unwrap().is_empty()
+    })
+    .await;
     let letters = dead.list(&queues).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].event_id, Some(id));
-    assert_eq!(letters[0].attempts, 3, "first try plus the 2 configured retries");
-    assert!(letters[0].error.starts_with("gave up after 3 attempts"), "{}", letters[0].error);
+    assert_eq!(
+        letters[0].attempts, 3,
+        "first try plus the 2 configured retries"
+    );
+    assert!(
+        letters[0].error.starts_with("gave up after 3 attempts"),
+        "{}",
+        letters[0].error
+    );
 
     // Fix the handler through a hot-reloaded config, then replay.
     fixture.replace("routes.toml", routes(true).as_bytes());
     tokio::time::sleep(Duration::from_millis(800)).await;
     dead.replay(&letters[0]).await.unwrap();
-    wait_for("the replayed delivery", Duration::from_secs(20), async || {
-        receipts(&env).await.iter().any(|r| r.0 == id && r.2 == "ok")
-    })
+    wait_for(
+        "the replayed delivery",
+        Duration::from_secs(20),
+        async || {
+            receipts(&env)
+                .await
+                .iter()
+                .any(|r| r.0 == id && r.2 == "ok")
+        },
+    )
     .await;
     assert!(dead.list(&queues).await.unwrap().is_empty());
     let _ = running.live.registry.list();
@@ -337,23 +537,51 @@ async fn two_receivers_never_both_run_a_handler_to_completion(pool: PgPool) {
     test_env_settings(&mut env);
     let fixture = PluginFixture::new(PLUGINS, &routes(true));
     let running = start(&env, &fixture, "c1", false).await;
-    let other = Receivers::new(env.pool.clone(), running.live.clone(), Arc::new(fixture.config(&env.settings).settings), "c2").await.unwrap();
-    let id = env.publish_all(vec![NewEvent::new("workflow.trigger.event", json!({"trigger": "user.signed-up"}))]).await[0];
-    wait_for("the trigger entry", Duration::from_secs(10), async || !env.entries("outbox.workflow").await.is_empty()).await;
+    let other = Receivers::new(
+        env.pool.clone(),
+        running.live.clone(),
+        Arc::new(fixture.config(&env.settings).settings),
+        "c2",
+    )
+    .await
+    .unwrap();
+    let id = env
+        .publish_all(vec![NewEvent::new(
+            "workflow.trigger.event",
+            json!({"trigger": "user.signed-up"}),
+        )])
+        .await[0];
+    wait_for("the trigger entry", Duration::from_secs(10), async || {
+        !env.entries("outbox.workflow").await.is_empty()
+    })
+    .await;
     let fields = env.entries("outbox.workflow").await.remove(0);
-    let entry = QueueEntry { stream_id: "0-1".into(), fields: fields.into_iter().collect() };
+    let entry = QueueEntry {
+        stream_id: "0-1".into(),
+        fields: fields.into_iter().collect(),
+    };
     let (a, b) = tokio::join!(
-        running.receivers.handle_entry("outbox.workflow", entry.clone()),
+        running
+            .receivers
+            .handle_entry("outbox.workflow", entry.clone()),
         other.handle_entry("outbox.workflow", entry.clone())
     );
     let oks = [&a, &b].iter().filter(|h| ***h == HandledAs::Ok).count();
     assert_eq!(oks, 1, "exactly one ran to completion: {a:?} {b:?}");
-    assert!(matches!(a, HandledAs::Ok | HandledAs::Busy | HandledAs::Duplicate));
-    assert_eq!(other.handle_entry("outbox.workflow", entry).await, HandledAs::Duplicate);
-    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    assert!(matches!(
+        a,
+        HandledAs::Ok | HandledAs::Busy | HandledAs::Duplicate
+    ));
+    assert_eq!(
+        other.handle_entry("outbox.workflow", entry).await,
+        HandledAs::Duplicate
+    );
+    let children: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
     assert_eq!(children, 3);
     let _ = id;
     running.stop().await;
@@ -377,7 +605,13 @@ async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
         axum::routing::post(move |headers: HeaderMap, body: Bytes| {
             let seen = seen.clone();
             async move {
-                let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+                let header = |n: &str| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string()
+                };
                 let verified = verify_signature(
                     SECRET.as_bytes(),
                     &header(TIMESTAMP_HEADER),
@@ -387,9 +621,24 @@ async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
                     300,
                 )
                 .is_ok();
-                let forged = verify_signature(b"wrong secret", &header(TIMESTAMP_HEADER), &body, &header(SIGNATURE_HEADER), chrono::Utc::now().timestamp(), 300).is_ok();
-                seen.lock().unwrap().push((verified && !forged, serde_json::from_slice(&body).unwrap_or_default()));
-                if verified { StatusCode::OK } else { StatusCode::UNAUTHORIZED }
+                let forged = verify_signature(
+                    b"wrong secret",
+                    &header(TIMESTAMP_HEADER),
+                    &body,
+                    &header(SIGNATURE_HEADER),
+                    chrono::Utc::now().timestamp(),
+                    300,
+                )
+                .is_ok();
+                seen.lock().unwrap().push((
+                    verified && !forged,
+                    serde_json::from_slice(&body).unwrap_or_default(),
+                ));
+                if verified {
+                    StatusCode::OK
+                } else {
+                    StatusCode::UNAUTHORIZED
+                }
             }
         }),
     );
@@ -408,17 +657,38 @@ async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
     let fixture = PluginFixture::new(PLUGINS, &routes);
     let running = start(&env, &fixture, "c1", true).await;
     let id = env
-        .publish_all(vec![NewEvent::new("workflow.execution.requested", json!({"workflow_id": "welcome", "data": {"user": 7}}))])
+        .publish_all(vec![NewEvent::new(
+            "workflow.execution.requested",
+            json!({"workflow_id": "welcome", "data": {"user": 7}}),
+        )])
         .await[0];
-    wait_for("the executor call", Duration::from_secs(20), async || !received.lock().unwrap().is_empty()).await;
+    wait_for("the executor call", Duration::from_secs(20), async || {
+        !received.lock().unwrap().is_empty()
+    })
+    .await;
     // Deliver the same job again: the receiver's idempotency claim makes it a no-op.
-    let fields: Vec<(String, String)> = env.entries("outbox.workflow").await.remove(0).into_iter().collect();
+    let fields: Vec<(String, String)> = env
+        .entries("outbox.workflow")
+        .await
+        .remove(0)
+        .into_iter()
+        .collect();
     let mut conn = env.redis.clone();
-    let _: String = redis::AsyncCommands::xadd(&mut conn, format!("{}outbox.workflow", env.prefix), "*", &fields).await.unwrap();
+    let _: String = redis::AsyncCommands::xadd(
+        &mut conn,
+        format!("{}outbox.workflow", env.prefix),
+        "*",
+        &fields,
+    )
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let calls = received.lock().unwrap().clone();
     assert_eq!(calls.len(), 1, "one request per execution: {calls:?}");
-    assert!(calls[0].0, "signed with the secret from the environment, forgery rejected");
+    assert!(
+        calls[0].0,
+        "signed with the secret from the environment, forgery rejected"
+    );
     assert_eq!(calls[0].1["request"]["workflow_id"], "welcome");
     assert_eq!(calls[0].1["source_event_id"], id);
     running.stop().await;

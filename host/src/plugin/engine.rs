@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime::{
+    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder, Trap,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -85,7 +88,10 @@ impl PluginLimits {
                 .memory_mb
                 .map(|mb| (mb.min(MAX_MEMORY_MB) as usize) << 20)
                 .unwrap_or(d.memory_bytes),
-            timeout: spec.timeout_ms.map(Duration::from_millis).unwrap_or(d.timeout),
+            timeout: spec
+                .timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(d.timeout),
         }
     }
 }
@@ -98,11 +104,19 @@ pub const MAX_MEMORY_MB: u64 = 512;
 /// reaches these methods' callers in the receiver.
 pub trait HandlerServices: Send {
     /// `publish.send`.
-    fn publish(&mut self, event: handler_world::outbox::plugin::publish::NewEvent) -> Result<i64, HostError>;
+    fn publish(
+        &mut self,
+        event: handler_world::outbox::plugin::publish::NewEvent,
+    ) -> Result<i64, HostError>;
     /// `kv.get`.
     fn kv_get(&mut self, key: String) -> Result<Option<String>, HostError>;
     /// `kv.set`.
-    fn kv_set(&mut self, key: String, value: String, ttl_seconds: Option<u32>) -> Result<(), HostError>;
+    fn kv_set(
+        &mut self,
+        key: String,
+        value: String,
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), HostError>;
     /// `kv.delete`.
     fn kv_delete(&mut self, key: String) -> Result<bool, HostError>;
     /// `http.send`.
@@ -149,11 +163,16 @@ impl router_world::outbox::plugin::log::Host for HostState {
 }
 
 fn unavailable(what: &str) -> HostError {
-    HostError::Denied(format!("{what} is not available outside a receiver (offline call)"))
+    HostError::Denied(format!(
+        "{what} is not available outside a receiver (offline call)"
+    ))
 }
 
 impl handler_world::outbox::plugin::publish::Host for HostState {
-    fn send(&mut self, event: handler_world::outbox::plugin::publish::NewEvent) -> Result<i64, HostError> {
+    fn send(
+        &mut self,
+        event: handler_world::outbox::plugin::publish::NewEvent,
+    ) -> Result<i64, HostError> {
         match &mut self.services {
             Some(s) => s.publish(event),
             None => Err(unavailable("publish")),
@@ -168,7 +187,12 @@ impl handler_world::outbox::plugin::kv::Host for HostState {
             None => Err(unavailable("kv")),
         }
     }
-    fn set(&mut self, key: String, value: String, ttl_seconds: Option<u32>) -> Result<(), HostError> {
+    fn set(
+        &mut self,
+        key: String,
+        value: String,
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), HostError> {
         match &mut self.services {
             Some(s) => s.kv_set(key, value, ttl_seconds),
             None => Err(unavailable("kv")),
@@ -235,7 +259,8 @@ impl PluginEngine {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand instances");
-                Engine::new(&engine_config(false)).map_err(|e| PluginError::Engine(format!("{e:#}")))?
+                Engine::new(&engine_config(false))
+                    .map_err(|e| PluginError::Engine(format!("{e:#}")))?
             }
         };
         let weak = engine.weak();
@@ -297,7 +322,8 @@ impl PluginEngine {
                 "does not fit the {world} world (it imports something the host does not grant to {world} plugins): {e:#}"
             ))
         })?;
-        let fit = |e: wasmtime::Error| invalid(format!("exports do not match the {world} world: {e:#}"));
+        let fit =
+            |e: wasmtime::Error| invalid(format!("exports do not match the {world} world: {e:#}"));
         Ok(match world {
             World::Router => Prepared::Router(router_world::RouterPre::new(pre).map_err(fit)?),
             World::Handler => Prepared::Handler(handler_world::HandlerPre::new(pre).map_err(fit)?),
@@ -310,7 +336,9 @@ impl PluginEngine {
         let ty = component.component_type();
         let mut found = Vec::new();
         for (name, _) in ty.exports(&self.engine) {
-            let Some(rest) = name.strip_prefix("outbox:plugin/") else { continue };
+            let Some(rest) = name.strip_prefix("outbox:plugin/") else {
+                continue;
+            };
             let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
             for world in [World::Router, World::Handler, World::Policy] {
                 if iface == world.export() {
@@ -330,7 +358,12 @@ impl PluginEngine {
         }
     }
 
-    fn store(&self, plugin: &Arc<str>, limits: &PluginLimits, services: Option<Box<dyn HandlerServices>>) -> Result<Store<HostState>, wasmtime::Error> {
+    fn store(
+        &self,
+        plugin: &Arc<str>,
+        limits: &PluginLimits,
+        services: Option<Box<dyn HandlerServices>>,
+    ) -> Result<Store<HostState>, wasmtime::Error> {
         let stderr = MemoryOutputPipe::new(8192);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
@@ -367,10 +400,13 @@ impl PluginEngine {
         limits: &PluginLimits,
         config: &str,
         events: &[super::bindings::WitEvent],
-    ) -> Result<Vec<router_world::exports::outbox::plugin::router_api::RouteDecision>, PluginError> {
+    ) -> Result<Vec<router_world::exports::outbox::plugin::router_api::RouteDecision>, PluginError>
+    {
         self.run(plugin, limits, None, |store| {
             let instance = pre.instantiate(&mut *store)?;
-            instance.outbox_plugin_router_api().call_route(&mut *store, config, events)
+            instance
+                .outbox_plugin_router_api()
+                .call_route(&mut *store, config, events)
         })
     }
 
@@ -386,7 +422,9 @@ impl PluginEngine {
     ) -> Result<handler_world::exports::outbox::plugin::handler_api::Outcome, PluginError> {
         self.run(plugin, limits, services, |store| {
             let instance = pre.instantiate(&mut *store)?;
-            instance.outbox_plugin_handler_api().call_handle(&mut *store, config, delivery)
+            instance
+                .outbox_plugin_handler_api()
+                .call_handle(&mut *store, config, delivery)
         })
     }
 
@@ -401,13 +439,21 @@ impl PluginEngine {
     ) -> Result<policy_world::exports::outbox::plugin::policy_api::Decision, PluginError> {
         self.run(plugin, limits, None, |store| {
             let instance = pre.instantiate(&mut *store)?;
-            instance.outbox_plugin_policy_api().call_check(&mut *store, config, request)
+            instance
+                .outbox_plugin_policy_api()
+                .call_check(&mut *store, config, request)
         })
     }
 
     /// Average cost of creating a store and instantiating a pre-linked plugin, without calling
     /// it (what every call pays before the guest runs). Used by `outbox-bench`.
-    pub fn time_instantiation(&self, plugin: &Arc<str>, prepared: &Prepared, limits: &PluginLimits, iterations: u32) -> Result<Duration, PluginError> {
+    pub fn time_instantiation(
+        &self,
+        plugin: &Arc<str>,
+        prepared: &Prepared,
+        limits: &PluginLimits,
+        iterations: u32,
+    ) -> Result<Duration, PluginError> {
         let fail = |e: wasmtime::Error| PluginError::Call {
             plugin: plugin.to_string(),
             message: format!("{e:#}"),
@@ -416,9 +462,15 @@ impl PluginEngine {
         for _ in 0..iterations {
             let mut store = self.store(plugin, limits, None).map_err(fail)?;
             match prepared {
-                Prepared::Router(pre) => drop(pre.instantiate(&mut store).map_err(fail)?),
-                Prepared::Handler(pre) => drop(pre.instantiate(&mut store).map_err(fail)?),
-                Prepared::Policy(pre) => drop(pre.instantiate(&mut store).map_err(fail)?),
+                Prepared::Router(pre) => {
+                    pre.instantiate(&mut store).map_err(fail)?;
+                }
+                Prepared::Handler(pre) => {
+                    pre.instantiate(&mut store).map_err(fail)?;
+                }
+                Prepared::Policy(pre) => {
+                    pre.instantiate(&mut store).map_err(fail)?;
+                }
             }
         }
         Ok(started.elapsed() / iterations.max(1))
@@ -432,10 +484,12 @@ impl PluginEngine {
         call: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
         let started = Instant::now();
-        let mut store = self.store(plugin, limits, services).map_err(|e| PluginError::Call {
-            plugin: plugin.to_string(),
-            message: format!("cannot create a store: {e:#}"),
-        })?;
+        let mut store = self
+            .store(plugin, limits, services)
+            .map_err(|e| PluginError::Call {
+                plugin: plugin.to_string(),
+                message: format!("cannot create a store: {e:#}"),
+            })?;
         let result = call(&mut store);
         metrics::histogram!("outbox_plugin_call_seconds", "plugin" => plugin.to_string())
             .record(started.elapsed().as_secs_f64());
@@ -466,16 +520,29 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
 
 /// A readable account of a failed call: which limit was hit, or the trap and what the guest
 /// printed to stderr (a Rust panic message, say).
-fn describe_failure(error: &wasmtime::Error, limits: &PluginLimits, store: &Store<HostState>) -> String {
+fn describe_failure(
+    error: &wasmtime::Error,
+    limits: &PluginLimits,
+    store: &Store<HostState>,
+) -> String {
     let mut message = match error.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => format!("ran out of fuel ({} units per call): an endless loop?", limits.fuel),
-        Some(Trap::Interrupt) => format!("exceeded its time limit of {} ms", limits.timeout.as_millis()),
+        Some(Trap::OutOfFuel) => format!(
+            "ran out of fuel ({} units per call): an endless loop?",
+            limits.fuel
+        ),
+        Some(Trap::Interrupt) => format!(
+            "exceeded its time limit of {} ms",
+            limits.timeout.as_millis()
+        ),
         Some(trap) => format!("trapped: {trap}"),
         None => {
             let root = error.root_cause().to_string();
             let root = root.lines().next().unwrap_or_default();
             if format!("{error:#}").contains("forcing trap when growing memory") {
-                format!("exceeded its memory limit of {} MiB ({root})", limits.memory_bytes >> 20)
+                format!(
+                    "exceeded its memory limit of {} MiB ({root})",
+                    limits.memory_bytes >> 20
+                )
             } else {
                 format!("failed: {root}")
             }

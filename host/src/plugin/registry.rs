@@ -59,9 +59,11 @@ impl LoadedPlugin {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if !ok {
             self.errors.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("outbox_plugin_errors_total", "plugin" => self.name.to_string()).increment(1);
+            metrics::counter!("outbox_plugin_errors_total", "plugin" => self.name.to_string())
+                .increment(1);
         }
-        metrics::counter!("outbox_plugin_calls_total", "plugin" => self.name.to_string()).increment(1);
+        metrics::counter!("outbox_plugin_calls_total", "plugin" => self.name.to_string())
+            .increment(1);
     }
 }
 
@@ -118,16 +120,23 @@ impl PluginRegistry {
 
     /// The file a spec points at.
     pub fn file_of(&self, name: &str, spec: &PluginSpec) -> PathBuf {
-        self.dir.join(spec.file.clone().unwrap_or_else(|| format!("{name}.wasm")))
+        self.dir
+            .join(spec.file.clone().unwrap_or_else(|| format!("{name}.wasm")))
     }
 
     /// Read and compile one file (CPU-heavy; runs on a blocking thread).
-    pub async fn compile_file(&self, name: &str, path: &Path) -> Result<Arc<CompiledPlugin>, PluginError> {
-        let bytes = tokio::fs::read(path).await.map_err(|source| PluginError::Read {
-            plugin: name.to_string(),
-            path: path.to_path_buf(),
-            source,
-        })?;
+    pub async fn compile_file(
+        &self,
+        name: &str,
+        path: &Path,
+    ) -> Result<Arc<CompiledPlugin>, PluginError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|source| PluginError::Read {
+                plugin: name.to_string(),
+                path: path.to_path_buf(),
+                source,
+            })?;
         let engine = self.engine.clone();
         let owned_name = name.to_string();
         let path = path.to_path_buf();
@@ -212,7 +221,9 @@ impl PluginRegistry {
             .filter(|p| same_file(&p.compiled.path, path))
             .cloned()
             .collect();
-        let Some(first) = users.first() else { return Ok(vec![]) };
+        let Some(first) = users.first() else {
+            return Ok(vec![]);
+        };
         if file_hash(path).await.as_deref() == Some(&first.compiled.hash) {
             return Ok(vec![]);
         }
@@ -260,7 +271,10 @@ impl PluginRegistry {
                 name: p.name.to_string(),
                 world: p.world().to_string(),
                 hash: short(&p.compiled.hash).to_string(),
-                loaded_at: p.compiled.loaded_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                loaded_at: p
+                    .compiled
+                    .loaded_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                 file: p.compiled.path.display().to_string(),
                 calls: p.calls.load(Ordering::Relaxed),
                 errors: p.errors.load(Ordering::Relaxed),
@@ -270,7 +284,12 @@ impl PluginRegistry {
 }
 
 /// Compile bytes into a plugin version (no registry needed: `outbox plugins check`).
-pub fn compile_bytes(engine: &PluginEngine, name: &str, bytes: &[u8], path: &Path) -> Result<Arc<CompiledPlugin>, PluginError> {
+pub fn compile_bytes(
+    engine: &PluginEngine,
+    name: &str,
+    bytes: &[u8],
+    path: &Path,
+) -> Result<Arc<CompiledPlugin>, PluginError> {
     let prepared = engine.prepare(name, bytes)?;
     Ok(Arc::new(CompiledPlugin {
         prepared,
@@ -282,7 +301,12 @@ pub fn compile_bytes(engine: &PluginEngine, name: &str, bytes: &[u8], path: &Pat
 
 /// The JSON config a plugin receives: `[plugins.NAME].config`, plus `routes` (the routing
 /// table, prefix -> queues) for router plugins.
-pub fn plugin_config_json(name: &str, spec: &PluginSpec, routes: &RoutesFile, world: World) -> String {
+pub fn plugin_config_json(
+    name: &str,
+    spec: &PluginSpec,
+    routes: &RoutesFile,
+    world: World,
+) -> String {
     let mut config = spec
         .config
         .as_ref()
@@ -295,7 +319,9 @@ pub fn plugin_config_json(name: &str, spec: &PluginSpec, routes: &RoutesFile, wo
                     routes
                         .routes
                         .iter()
-                        .map(|(prefix, queues)| (prefix.clone(), serde_json::json!(queues.to_vec())))
+                        .map(|(prefix, queues)| {
+                            (prefix.clone(), serde_json::json!(queues.to_vec()))
+                        })
                         .collect(),
                 )
             });
@@ -311,7 +337,12 @@ async fn file_hash(path: &Path) -> Option<String> {
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
-    a == b || a.file_name() == b.file_name() && std::fs::canonicalize(a).ok().zip(std::fs::canonicalize(b).ok()).is_some_and(|(x, y)| x == y)
+    a == b
+        || a.file_name() == b.file_name()
+            && std::fs::canonicalize(a)
+                .ok()
+                .zip(std::fs::canonicalize(b).ok())
+                .is_some_and(|(x, y)| x == y)
 }
 
 fn short(hash: &str) -> &str {

@@ -66,7 +66,9 @@ pub struct LiveConfig {
 impl LiveConfig {
     /// Re-read `routes.toml` and apply it, or reject it and keep the current one.
     pub async fn reload_routes(&self) -> ReloadOutcome {
-        let Some(path) = &self.routes_path else { return ReloadOutcome::Rejected("no routes file".into()) };
+        let Some(path) = &self.routes_path else {
+            return ReloadOutcome::Rejected("no routes file".into());
+        };
         let next = match RoutesFile::load(path) {
             Ok(next) => next,
             Err(e) => return self.reject(format!("{e}")),
@@ -75,7 +77,10 @@ impl LiveConfig {
             return self.reject(format!("{}: {e}", path.display()));
         }
         if next.settings != self.routes.load().settings {
-            tracing::warn!("[settings] changed in {}; settings take effect at the next restart", path.display());
+            tracing::warn!(
+                "[settings] changed in {}; settings take effect at the next restart",
+                path.display()
+            );
         }
         self.router.replace(build_router(&self.registry, &next));
         self.routes.store(Arc::new(next));
@@ -108,35 +113,49 @@ impl LiveConfig {
     }
 
     /// Watch the plugin directory and `routes.toml` until shutdown.
-    pub fn watch(self, shutdown: CancellationToken) -> Result<tokio::task::JoinHandle<()>, notify::Error> {
+    pub fn watch(
+        self,
+        shutdown: CancellationToken,
+    ) -> Result<tokio::task::JoinHandle<()>, notify::Error> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
-        let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| match result {
-            Ok(events) => {
-                let paths: Vec<PathBuf> = events
-                    .into_iter()
-                    .filter(|e| !e.kind.is_access())
-                    .flat_map(|e| e.event.paths)
-                    .collect();
-                if !paths.is_empty() {
-                    let _ = tx.send(paths);
-                }
-            }
-            Err(errors) => {
-                for e in errors {
-                    tracing::warn!(error = %e, "file watcher error");
-                }
-            }
-        })?;
+        let mut debouncer =
+            new_debouncer(
+                DEBOUNCE,
+                None,
+                move |result: DebounceEventResult| match result {
+                    Ok(events) => {
+                        let paths: Vec<PathBuf> = events
+                            .into_iter()
+                            .filter(|e| !e.kind.is_access())
+                            .flat_map(|e| e.event.paths)
+                            .collect();
+                        if !paths.is_empty() {
+                            let _ = tx.send(paths);
+                        }
+                    }
+                    Err(errors) => {
+                        for e in errors {
+                            tracing::warn!(error = %e, "file watcher error");
+                        }
+                    }
+                },
+            )?;
         let plugin_dir = self.registry.dir().to_path_buf();
         if plugin_dir.is_dir() {
             debouncer.watch(&plugin_dir, RecursiveMode::NonRecursive)?;
         } else {
             tracing::warn!(dir = %plugin_dir.display(), "plugin directory does not exist; plugin files are not watched");
         }
-        let routes_file = self.routes_path.clone().map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+        let routes_file = self
+            .routes_path
+            .clone()
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
         if let Some(file) = &routes_file {
             // Watch the directory: editors replace the file by renaming a temp file over it.
-            let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+            let dir = file
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
             debouncer.watch(&dir, RecursiveMode::NonRecursive)?;
         }
         tracing::info!(plugins = %plugin_dir.display(), routes = ?routes_file, "watching for plugin and routes changes");
@@ -150,9 +169,14 @@ impl LiveConfig {
                 let mut routes_changed = false;
                 let mut wasm: Vec<PathBuf> = Vec::new();
                 for path in paths {
-                    if routes_file.as_ref().is_some_and(|f| path.file_name() == f.file_name() && path.parent() == f.parent()) {
+                    if routes_file.as_ref().is_some_and(|f| {
+                        path.file_name() == f.file_name() && path.parent() == f.parent()
+                    }) {
                         routes_changed = true;
-                    } else if path.extension().is_some_and(|e| e == "wasm") && path.exists() && !wasm.contains(&path) {
+                    } else if path.extension().is_some_and(|e| e == "wasm")
+                        && path.exists()
+                        && !wasm.contains(&path)
+                    {
                         wasm.push(path);
                     }
                 }

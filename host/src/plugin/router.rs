@@ -27,8 +27,13 @@ pub struct PluginRouter {
 impl PluginRouter {
     /// A router for `routes` (its `[router]` section and table) over loaded plugins.
     pub fn new(registry: Arc<PluginRegistry>, routes: &RoutesFile) -> Self {
-        let mut overrides: Vec<(String, String)> = routes.router.overrides.clone().into_iter().collect();
-        overrides.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(b.0.starts_with('*').cmp(&a.0.starts_with('*')).reverse()));
+        let mut overrides: Vec<(String, String)> =
+            routes.router.overrides.clone().into_iter().collect();
+        overrides.sort_by(|a, b| {
+            b.0.len()
+                .cmp(&a.0.len())
+                .then(b.0.starts_with('*').cmp(&a.0.starts_with('*')).reverse())
+        });
         Self {
             registry,
             default_plugin: routes.router.plugin.clone(),
@@ -40,7 +45,9 @@ impl PluginRouter {
     fn plugin_for(&self, event_type: &str) -> &str {
         for (prefix, plugin) in &self.overrides {
             let matches = match prefix.strip_prefix('*') {
-                Some(rest) => event_type.find('.').is_some_and(|dot| event_type[dot..].starts_with(rest)),
+                Some(rest) => event_type
+                    .find('.')
+                    .is_some_and(|dot| event_type[dot..].starts_with(rest)),
                 None => event_type.starts_with(prefix.as_str()),
             };
             if matches {
@@ -51,9 +58,16 @@ impl PluginRouter {
     }
 
     /// Route `events` with one router plugin (one instantiation, one call for the batch).
-    pub fn route_with(&self, plugin_name: &str, events: &[&ClaimedEvent]) -> Result<Vec<RouteDecision>, PluginError> {
+    pub fn route_with(
+        &self,
+        plugin_name: &str,
+        events: &[&ClaimedEvent],
+    ) -> Result<Vec<RouteDecision>, PluginError> {
         if plugin_name == "native" {
-            return Ok(events.iter().map(|e| self.native.route(&e.event_type)).collect());
+            return Ok(events
+                .iter()
+                .map(|e| self.native.route(&e.event_type))
+                .collect());
         }
         let plugin = self
             .registry
@@ -66,17 +80,24 @@ impl PluginRouter {
             });
         };
         let wit_events: Vec<WitEvent> = events.iter().map(|e| to_wit_event(e)).collect();
-        let result = self
-            .registry
-            .engine()
-            .call_router(&plugin.name, pre, &plugin.limits, &plugin.config_json, &wit_events);
+        let result = self.registry.engine().call_router(
+            &plugin.name,
+            pre,
+            &plugin.limits,
+            &plugin.config_json,
+            &wit_events,
+        );
         let answer = match result {
             Ok(answer) if answer.len() == events.len() => answer,
             Ok(answer) => {
                 plugin.record_call(false);
                 return Err(PluginError::Call {
                     plugin: plugin_name.to_string(),
-                    message: format!("returned {} routes for {} events", answer.len(), events.len()),
+                    message: format!(
+                        "returned {} routes for {} events",
+                        answer.len(),
+                        events.len()
+                    ),
                 });
             }
             Err(e) => {
@@ -91,8 +112,13 @@ impl PluginRouter {
                 WitDecision::Queues(q) if q.is_empty() => {
                     RouteDecision::Error(format!("router plugin {plugin_name} returned no queue"))
                 }
-                WitDecision::Queues(q) => match q.iter().find(|q| crate::config::validate_queue_name(q).is_err()) {
-                    Some(bad) => RouteDecision::Error(format!("router plugin {plugin_name} returned an invalid queue name {bad:?}")),
+                WitDecision::Queues(q) => match q
+                    .iter()
+                    .find(|q| crate::config::validate_queue_name(q).is_err())
+                {
+                    Some(bad) => RouteDecision::Error(format!(
+                        "router plugin {plugin_name} returned an invalid queue name {bad:?}"
+                    )),
                     None => RouteDecision::Queues(q),
                 },
                 WitDecision::NoRoute(reason) => RouteDecision::NoRoute(reason),
@@ -111,7 +137,9 @@ pub fn to_wit_event(e: &ClaimedEvent) -> WitEvent {
         payload: e.payload.clone(),
         headers: e.headers.clone(),
         dispatch_key: e.dispatch_key.clone(),
-        created_at: e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        created_at: e
+            .created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
     }
 }
 
@@ -152,7 +180,10 @@ impl Router for PluginRouter {
                 }
             }
         }
-        Ok(decisions.into_iter().map(|d| d.expect("every event routed")).collect())
+        Ok(decisions
+            .into_iter()
+            .map(|d| d.expect("every event routed"))
+            .collect())
     }
 }
 
