@@ -2,7 +2,9 @@
 //!
 //! Follow one event through the modules in order: [`publish`] (an application writes it in its
 //! own transaction) → [`store`] (claim with a lease) → [`dispatch`] (the claim loop) →
-//! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`ops`] (operators).
+//! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
+//! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
+//! runtime behind routing, handlers and capability checks) → [`ops`] (operators).
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
 //!

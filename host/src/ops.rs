@@ -13,7 +13,7 @@ use sqlx::{PgPool, Row};
 
 use crate::config::{Config, Settings};
 use crate::publish::{publish_with_limit, NewEvent};
-use crate::routing::{RouteDecision, RouteRule, RouteTable};
+use crate::routing::{RouteDecision, RouteTable};
 use crate::store;
 
 /// Redis key prefix of everything the demo writes (cleared at the start of each demo).
