@@ -212,7 +212,9 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     println!(
         "demo: routing through {} (plugins from {})",
         match host.router().current().name() {
-            "native-table" => "the built-in table (router plugin not built: run scripts/build-plugins.sh)".to_string(),
+            "native-table" =>
+                "the built-in table (router plugin not built: run scripts/build-plugins.sh)"
+                    .to_string(),
             name => format!("the WebAssembly router plugin '{name}'"),
         },
         config.settings.plugin_dir.display()

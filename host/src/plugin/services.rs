@@ -19,6 +19,7 @@
 //! - blocks the async executor: the methods run on the blocking thread of a wasm call and wait
 //!   on async work through a runtime handle, each with a deadline.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,7 +83,15 @@ type HmacSha256 = Hmac<Sha256>;
 pub struct CapabilityPolicy {
     registry: Arc<PluginRegistry>,
     source: PolicySource,
+    /// Decisions of the policy plugin, keyed by everything they depend on (policy version and
+    /// config, caller, capability, target, grants): a policy is a pure function of its request,
+    /// so an identical request under the same policy version gets the same answer without
+    /// instantiating WebAssembly again. A reload changes the key; failures are never cached.
+    decisions: std::sync::Mutex<HashMap<String, Result<(), String>>>,
 }
+
+/// Cached policy decisions kept at most (the cache is cleared when full).
+const MAX_CACHED_DECISIONS: usize = 4096;
 
 /// Where the policy plugin's name comes from.
 enum PolicySource {
@@ -98,6 +107,7 @@ impl CapabilityPolicy {
         Self {
             registry,
             source: PolicySource::Live(routes),
+            decisions: Default::default(),
         }
     }
 
@@ -107,6 +117,7 @@ impl CapabilityPolicy {
         Self {
             registry,
             source: PolicySource::Fixed(Arc::from(policy_plugin)),
+            decisions: Default::default(),
         }
     }
 
@@ -202,6 +213,23 @@ impl CapabilityPolicy {
             target: target.to_string(),
             grants: grants(),
         };
+        let key = [
+            policy.compiled.hash.as_str(),
+            policy.config_json.as_str(),
+            request.plugin.as_str(),
+            request.capability.as_str(),
+            request.target.as_str(),
+            request.grants.as_str(),
+        ]
+        .join("\u{0}");
+        if let Some(cached) = self
+            .decisions
+            .lock()
+            .ok()
+            .and_then(|d| d.get(&key).cloned())
+        {
+            return cached;
+        }
         let answer = self.registry.engine().call_policy(
             &policy.name,
             pre,
@@ -210,13 +238,22 @@ impl CapabilityPolicy {
             &request,
         );
         policy.record_call(answer.is_ok());
-        match answer {
+        let decision = match answer {
             Ok(Decision::Allow) => Ok(()),
             Ok(Decision::Deny(reason)) => Err(reason),
-            Err(e) => Err(format!(
-                "plugin '{plugin}' may not use {capability}: the capability policy failed, so the call is denied (fail closed): {e}"
-            )),
+            Err(e) => {
+                return Err(format!(
+                    "plugin '{plugin}' may not use {capability}: the capability policy failed, so the call is denied (fail closed): {e}"
+                ))
+            }
+        };
+        if let Ok(mut decisions) = self.decisions.lock() {
+            if decisions.len() >= MAX_CACHED_DECISIONS {
+                decisions.clear();
+            }
+            decisions.insert(key, decision.clone());
         }
+        decision
     }
 }
 
