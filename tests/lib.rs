@@ -268,24 +268,33 @@ impl TestEnv {
     }
 }
 
-/// A TCP proxy in front of Redis that can be cut (connections dropped, port closed) and
-/// restored on the same port: a real Redis outage as the host sees it.
-pub struct RedisProxy {
+/// A TCP proxy in front of Redis or PostgreSQL that can be cut (connections dropped, port
+/// closed) and restored on the same port: a real outage as the host sees it.
+pub struct OutageProxy {
     port: u16,
     target: String,
     state: Arc<Mutex<Option<JoinHandle<()>>>>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
-impl RedisProxy {
+impl OutageProxy {
     /// Start a proxy to the local Redis on a free port.
-    pub async fn start() -> Self {
+    pub async fn redis() -> Self {
+        Self::start(url_host_port(&redis_url(), 6379)).await
+    }
+
+    /// Start a proxy to the local PostgreSQL on a free port.
+    pub async fn postgres() -> Self {
+        let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        Self::start(url_host_port(&url, 5432)).await
+    }
+
+    async fn start(target: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let url = url_host_port(&redis_url());
         let proxy = Self {
             port,
-            target: url,
+            target,
             state: Arc::default(),
             conns: Arc::default(),
         };
@@ -294,8 +303,19 @@ impl RedisProxy {
     }
 
     /// `redis://127.0.0.1:PORT/` of the proxy.
-    pub fn url(&self) -> String {
+    pub fn redis_url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `url` (a PostgreSQL URL) pointed at the proxy instead.
+    pub fn postgres_url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (creds, rest) = match rest.rsplit_once('@') {
+            Some((c, r)) => (format!("{c}@"), r),
+            None => (String::new(), rest),
+        };
+        let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
+        format!("{scheme}://{creds}127.0.0.1:{}{path}", self.port)
     }
 
     fn serve(&self, listener: TcpListener) {
@@ -346,13 +366,13 @@ impl RedisProxy {
     }
 }
 
-fn url_host_port(url: &str) -> String {
+fn url_host_port(url: &str, default_port: u16) -> String {
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
     let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
-    let hp = rest.split('/').next().unwrap_or("127.0.0.1:6379");
+    let hp = rest.split(['/', '?']).next().unwrap_or("127.0.0.1");
     if hp.contains(':') {
         hp.to_string()
     } else {
-        format!("{hp}:6379")
+        format!("{hp}:{default_port}")
     }
 }

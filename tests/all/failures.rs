@@ -3,15 +3,15 @@
 use std::time::Duration;
 
 use outbox_host::NewEvent;
-use outbox_tests::{RedisProxy, TestEnv};
+use outbox_tests::{OutageProxy, TestEnv};
 use serde_json::json;
 use sqlx::PgPool;
 
 #[sqlx::test(migrations = "../migrations")]
 async fn redis_down_events_wait_and_retry_then_all_arrive(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
-    let proxy = RedisProxy::start().await;
-    env.settings.redis_url = proxy.url();
+    let proxy = OutageProxy::redis().await;
+    env.settings.redis_url = proxy.redis_url();
     let dispatcher = env.dispatcher("w1").await;
     let ids = env
         .publish_all(
@@ -76,8 +76,8 @@ async fn redis_down_events_wait_and_retry_then_all_arrive(pool: PgPool) {
 async fn retries_run_out_into_failed_with_the_last_error(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
     env.settings.max_retries = 2;
-    let proxy = RedisProxy::start().await;
-    env.settings.redis_url = proxy.url();
+    let proxy = OutageProxy::redis().await;
+    env.settings.redis_url = proxy.redis_url();
     let dispatcher = env.dispatcher("w1").await;
     let id = env
         .publish_all(vec![NewEvent::new("mail.welcome", json!({}))])
@@ -93,4 +93,96 @@ async fn retries_run_out_into_failed_with_the_last_error(pool: PgPool) {
     let (_, _, err) = env.status(id).await;
     assert!(err.unwrap().starts_with("gave up after 3 attempts: "));
     env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn postgres_down_mid_run_dispatcher_retries_then_delivers(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.dispatch_interval = Duration::from_millis(100);
+    let proxy = OutageProxy::postgres().await;
+    let url = proxy.postgres_url(&env.database_url().await);
+    // The dispatcher reaches PostgreSQL only through the proxy; the test uses its own pool.
+    let proxied = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .unwrap();
+    let dispatcher = outbox_host::dispatch::Dispatcher::new(
+        proxied,
+        env.sink().await,
+        outbox_host::routing::RouterHandle::new(TestEnv::default_table()),
+        std::sync::Arc::new(env.settings.clone()),
+        "w1",
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    proxy.cut();
+    let ids = env
+        .publish_all((0..10).map(|i| NewEvent::new("mail.welcome", json!({"i": i}))).collect())
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(env.count("done").await, 0, "nothing moves while PostgreSQL is unreachable");
+    assert!(!task.is_finished(), "the dispatcher keeps retrying, it does not exit or panic");
+
+    proxy.restore().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while env.count("done").await < 10 {
+        assert!(std::time::Instant::now() < deadline, "events not delivered after PostgreSQL came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.event_ids("outbox.mail").await, ids, "every event, once");
+    shutdown.cancel();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn lost_listen_connection_is_re_established(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.dispatch_interval = Duration::from_secs(60);
+    let dispatcher = env.dispatcher("w1").await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let db: String = sqlx::query_scalar("SELECT current_database()").fetch_one(&env.pool).await.unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    )
+    .bind(&db)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true], "one LISTEN connection was killed");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let id = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+    let start = std::time::Instant::now();
+    while env.status(id).await.0 != "done" {
+        assert!(start.elapsed() < Duration::from_secs(10), "NOTIFY no longer wakes the dispatcher (poll interval is 60 s)");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn retention_deletes_old_done_rows_and_keeps_failed_ones(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status, processed_at) SELECT 'mail.old', '{}'::jsonb, s, now() - interval '31 days' FROM unnest(ARRAY['done', 'done', 'done', 'failed', 'cancelled']) s",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO outbox_event (event_type, payload, status, processed_at) VALUES ('mail.new', '{}', 'done', now())")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let deleted = outbox_host::store::purge_done_events(&env.pool, Duration::from_secs(720 * 3600), 2).await.unwrap();
+    assert_eq!(deleted, 3, "old done rows go, in batches of 2");
+    let left: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox_event ORDER BY id").fetch_all(&env.pool).await.unwrap();
+    assert_eq!(left, ["failed", "cancelled", "done"], "failed and cancelled rows are kept, recent done rows too");
 }

@@ -356,3 +356,20 @@ async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(po
     watcher.await.unwrap();
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn plugin_built_against_an_incompatible_wit_version_is_refused() {
+    let engine = outbox_host::plugin::PluginEngine::new().unwrap();
+    let bytes = std::fs::read(plugin_file("test/future-version")).unwrap();
+    let err = match engine.prepare("future-version", &bytes) {
+        Ok(_) => panic!("a 0.2.0 plugin must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("outbox:plugin@0.2.0") && err.contains("outbox:plugin@0.1.0"), "{err}");
+    // A core module (not a component) is refused with a hint, too.
+    let err = match engine.prepare("core", b"\0asm\x01\0\0\0") {
+        Ok(_) => panic!("a core module must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("not a component"), "{err}");
+}
