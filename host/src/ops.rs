@@ -298,15 +298,9 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             .await?,
     ];
     if let Some(entry) = sample.first().and_then(|r| r.ids.first()) {
-        let fields: BTreeMap<String, String> = entry
-            .map
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    redis::from_redis_value::<String>(v).unwrap_or_default(),
-                )
-            })
+        let fields: BTreeMap<String, String> = crate::receive::QueueEntry::from_stream(entry)
+            .fields
+            .into_iter()
             .collect();
         println!(
             "first entry of outbox.mail ({}): {}",

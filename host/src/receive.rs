@@ -94,7 +94,8 @@ pub struct QueueEntry {
 }
 
 impl QueueEntry {
-    fn from_stream(id: &StreamId) -> Self {
+    /// An entry as read with `XREAD`/`XRANGE` (field values as text, fields sorted by name).
+    pub fn from_stream(id: &StreamId) -> Self {
         let mut fields: Vec<(String, String)> = id
             .map
             .iter()
@@ -352,18 +353,13 @@ impl Receivers {
                     failures = 0;
                     for stream in reply.keys {
                         for id in &stream.ids {
-                            let entry = QueueEntry::from_stream(id);
-                            let permit = permits
-                                .clone()
-                                .acquire_owned()
-                                .await
-                                .expect("semaphore open");
-                            let me = self.clone();
-                            let queue = queue.clone();
-                            tasks.spawn(async move {
-                                me.handle_entry(&queue, entry).await;
-                                drop(permit);
-                            });
+                            self.spawn_handler(
+                                &queue,
+                                QueueEntry::from_stream(id),
+                                &permits,
+                                &mut tasks,
+                            )
+                            .await;
                         }
                     }
                 }
@@ -441,19 +437,30 @@ impl Receivers {
                 .increment(claimed.len() as u64);
         }
         for entry in claimed {
-            let permit = permits
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("semaphore open");
-            let me = self.clone();
-            let queue = queue.to_string();
-            tasks.spawn(async move {
-                me.handle_entry(&queue, entry).await;
-                drop(permit);
-            });
+            self.spawn_handler(queue, entry, permits, tasks).await;
         }
         trim_acknowledged(&mut conn, &key).await
+    }
+
+    /// Handle `entry` on its own task once a concurrency permit is free.
+    async fn spawn_handler(
+        &self,
+        queue: &str,
+        entry: QueueEntry,
+        permits: &Arc<Semaphore>,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) {
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore open");
+        let me = self.clone();
+        let queue = queue.to_string();
+        tasks.spawn(async move {
+            me.handle_entry(&queue, entry).await;
+            drop(permit);
+        });
     }
 
     /// Handle one entry end to end: idempotency claim, handler, outcome, receipt.

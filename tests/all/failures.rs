@@ -121,16 +121,30 @@ async fn postgres_down_mid_run_dispatcher_retries_then_delivers(pool: PgPool) {
 
     proxy.cut();
     let ids = env
-        .publish_all((0..10).map(|i| NewEvent::new("mail.welcome", json!({"i": i}))).collect())
+        .publish_all(
+            (0..10)
+                .map(|i| NewEvent::new("mail.welcome", json!({"i": i})))
+                .collect(),
+        )
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(env.count("done").await, 0, "nothing moves while PostgreSQL is unreachable");
-    assert!(!task.is_finished(), "the dispatcher keeps retrying, it does not exit or panic");
+    assert_eq!(
+        env.count("done").await,
+        0,
+        "nothing moves while PostgreSQL is unreachable"
+    );
+    assert!(
+        !task.is_finished(),
+        "the dispatcher keeps retrying, it does not exit or panic"
+    );
 
     proxy.restore().await;
     let deadline = std::time::Instant::now() + Duration::from_secs(40);
     while env.count("done").await < 10 {
-        assert!(std::time::Instant::now() < deadline, "events not delivered after PostgreSQL came back");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "events not delivered after PostgreSQL came back"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(env.event_ids("outbox.mail").await, ids, "every event, once");
@@ -147,7 +161,10 @@ async fn lost_listen_connection_is_re_established(pool: PgPool) {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(dispatcher.run(shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let db: String = sqlx::query_scalar("SELECT current_database()").fetch_one(&env.pool).await.unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
     let killed: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
     )
@@ -157,10 +174,15 @@ async fn lost_listen_connection_is_re_established(pool: PgPool) {
     .unwrap();
     assert_eq!(killed, vec![true], "one LISTEN connection was killed");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let id = env.publish_all(vec![NewEvent::new("mail.welcome", json!({}))]).await[0];
+    let id = env
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({}))])
+        .await[0];
     let start = std::time::Instant::now();
     while env.status(id).await.0 != "done" {
-        assert!(start.elapsed() < Duration::from_secs(10), "NOTIFY no longer wakes the dispatcher (poll interval is 60 s)");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "NOTIFY no longer wakes the dispatcher (poll interval is 60 s)"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shutdown.cancel();
@@ -181,8 +203,18 @@ async fn retention_deletes_old_done_rows_and_keeps_failed_ones(pool: PgPool) {
         .execute(&env.pool)
         .await
         .unwrap();
-    let deleted = outbox_host::store::purge_done_events(&env.pool, Duration::from_secs(720 * 3600), 2).await.unwrap();
+    let deleted =
+        outbox_host::store::purge_done_events(&env.pool, Duration::from_secs(720 * 3600), 2)
+            .await
+            .unwrap();
     assert_eq!(deleted, 3, "old done rows go, in batches of 2");
-    let left: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox_event ORDER BY id").fetch_all(&env.pool).await.unwrap();
-    assert_eq!(left, ["failed", "cancelled", "done"], "failed and cancelled rows are kept, recent done rows too");
+    let left: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox_event ORDER BY id")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        ["failed", "cancelled", "done"],
+        "failed and cancelled rows are kept, recent done rows too"
+    );
 }

@@ -365,7 +365,10 @@ async fn plugin_built_against_an_incompatible_wit_version_is_refused() {
         Ok(_) => panic!("a 0.2.0 plugin must be refused"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("outbox:plugin@0.2.0") && err.contains("outbox:plugin@0.1.0"), "{err}");
+    assert!(
+        err.contains("outbox:plugin@0.2.0") && err.contains("outbox:plugin@0.1.0"),
+        "{err}"
+    );
     // A core module (not a component) is refused with a hint, too.
     let err = match engine.prepare("core", b"\0asm\x01\0\0\0") {
         Ok(_) => panic!("a core module must be refused"),

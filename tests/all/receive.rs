@@ -148,6 +148,31 @@ fn test_env_settings(env: &mut TestEnv) {
     env.settings.handler_backoff = vec![Duration::from_millis(200)];
 }
 
+/// A consumer of the `outbox` group reads every entry of `queue` and never acknowledges them
+/// (it died). Returns how many it took.
+async fn take_entries_and_die(env: &TestEnv, queue: &str, consumer: &str) -> usize {
+    let mut conn = env.redis.clone();
+    let key = format!("{}{queue}", env.prefix);
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("outbox")
+        .arg("0")
+        .query_async(&mut conn)
+        .await;
+    let taken: Option<redis::streams::StreamReadReply> = redis::AsyncCommands::xread_options(
+        &mut conn,
+        &[&key],
+        &[">"],
+        &redis::streams::StreamReadOptions::default()
+            .group("outbox", consumer)
+            .count(100),
+    )
+    .await
+    .unwrap();
+    taken.map_or(0, |r| r.keys.iter().map(|k| k.ids.len()).sum())
+}
+
 async fn receipts(env: &TestEnv) -> Vec<(i64, String, String, i32)> {
     sqlx::query_as("SELECT event_id, handler, result, duplicates FROM outbox_receipt ORDER BY 1, 2")
         .fetch_all(&env.pool)
@@ -252,28 +277,10 @@ async fn receiver_killed_mid_handler_is_rerun_without_duplicate_children(pool: P
     })
     .await;
     let mut conn = env.redis.clone();
-    let key = format!("{}outbox.workflow", env.prefix);
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&key)
-        .arg("outbox")
-        .arg("0")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let taken: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("outbox")
-        .arg("dying")
-        .arg("COUNT")
-        .arg(10)
-        .arg("STREAMS")
-        .arg(&key)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(matches!(taken, redis::Value::Array(_)));
+    assert_eq!(
+        take_entries_and_die(&env, "outbox.workflow", "dying").await,
+        1
+    );
     // It got as far as claiming the event and publishing the first child, then died.
     let _: () = redis::cmd("SET")
         .arg(format!(
@@ -432,28 +439,10 @@ async fn consumer_dying_with_entries_lets_another_take_them_after_the_lease(pool
         env.entries("outbox.plugin-hook").await.len() == 5
     })
     .await;
-    let mut conn = env.redis.clone();
-    let key = format!("{}outbox.plugin-hook", env.prefix);
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&key)
-        .arg("outbox")
-        .arg("0")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("outbox")
-        .arg("dead-consumer")
-        .arg("COUNT")
-        .arg(10)
-        .arg("STREAMS")
-        .arg(&key)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    assert_eq!(
+        take_entries_and_die(&env, "outbox.plugin-hook", "dead-consumer").await,
+        5
+    );
     let taken_at = Instant::now();
     for queue in running.receivers.queues_for_group(Some("general")) {
         tokio::spawn(
@@ -704,23 +693,59 @@ async fn streams_are_trimmed_only_below_what_every_group_acknowledged(pool: PgPo
     let key = format!("{}outbox.plugin-hook", env.prefix);
     let mut conn = env.redis.clone();
     // Another consumer group (an external service) has not read anything yet.
-    let _: () = redis::cmd("XGROUP").arg("CREATE").arg(&key).arg("external").arg("0").arg("MKSTREAM").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("external")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     for queue in running.receivers.queues_for_group(Some("general")) {
-        tokio::spawn(running.receivers.clone().consume(queue, running.shutdown.clone()));
+        tokio::spawn(
+            running
+                .receivers
+                .clone()
+                .consume(queue, running.shutdown.clone()),
+        );
     }
     let ids = env
-        .publish_all((0..4).map(|i| NewEvent::new("plugin.hook.nobody.listens", json!({"i": i}))).collect())
+        .publish_all(
+            (0..4)
+                .map(|i| NewEvent::new("plugin.hook.nobody.listens", json!({"i": i})))
+                .collect(),
+        )
         .await;
     wait_for("4 receipts", Duration::from_secs(20), async || {
-        receipts(&env).await.iter().filter(|r| ids.contains(&r.0) && r.2 == "ok").count() == 4
+        receipts(&env)
+            .await
+            .iter()
+            .filter(|r| ids.contains(&r.0) && r.2 == "ok")
+            .count()
+            == 4
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let len: i64 = redis::cmd("XLEN").arg(&key).query_async(&mut conn).await.unwrap();
+    let len: i64 = redis::cmd("XLEN")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(len, 4, "the external group still needs every entry");
-    let _: () = redis::cmd("XGROUP").arg("DESTROY").arg(&key).arg("external").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("DESTROY")
+        .arg(&key)
+        .arg("external")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     wait_for("the trim", Duration::from_secs(10), async || {
-        let len: i64 = redis::cmd("XLEN").arg(&key).query_async(&mut env.redis.clone()).await.unwrap();
+        let len: i64 = redis::cmd("XLEN")
+            .arg(&key)
+            .query_async(&mut env.redis.clone())
+            .await
+            .unwrap();
         len == 0
     })
     .await;

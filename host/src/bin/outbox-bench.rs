@@ -665,23 +665,7 @@ async fn serial_handle_entry(
         .keys
         .iter()
         .flat_map(|k| k.ids.iter())
-        .map(|id| {
-            let mut fields: Vec<(String, String)> = id
-                .map
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        redis::from_redis_value::<String>(v).unwrap_or_default(),
-                    )
-                })
-                .collect();
-            fields.sort();
-            QueueEntry {
-                stream_id: id.id.clone(),
-                fields,
-            }
-        })
+        .map(QueueEntry::from_stream)
         .collect();
     anyhow::ensure!(entries.len() == n, "read {} of {n} entries", entries.len());
     let receivers = Receivers::new(
