@@ -27,9 +27,15 @@ enum Command {
     Migrate,
     /// Run the host: dispatcher (and, with --queue-group, receivers) until SIGINT/SIGTERM.
     Run {
-        /// Queue group to consume (also WORKER_QUEUE_GROUP).
+        /// Queue group to consume (also WORKER_QUEUE_GROUP; default: every group).
         #[arg(long)]
         queue_group: Option<String>,
+        /// Run only the dispatcher, no receivers.
+        #[arg(long, conflicts_with = "receivers_only")]
+        dispatcher_only: bool,
+        /// Run only receivers, no dispatcher (same as OUTBOX_DISPATCHER_ENABLED=false).
+        #[arg(long)]
+        receivers_only: bool,
     },
     /// Dispatch everything that is due now, once, then exit (for cron or repair).
     Drain,
@@ -248,14 +254,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             store::migrate(&pool).await?;
             println!("migrations applied");
         }
-        Command::Run { queue_group } => {
+        Command::Run {
+            queue_group,
+            dispatcher_only,
+            receivers_only,
+        } => {
             let mut config = load_config(&cli.config)?;
             if queue_group.is_some() {
                 config.settings.worker_queue_group = queue_group;
             }
             let shutdown = CancellationToken::new();
             tokio::spawn(cancel_on_signal(shutdown.clone()));
-            let host = match Host::builder()
+            let mut builder = Host::builder();
+            if dispatcher_only {
+                builder = builder.receivers_enabled(false);
+            }
+            if receivers_only {
+                builder = builder.dispatcher_enabled(false);
+            }
+            let host = match builder
                 .config(config)
                 .shutdown_token(shutdown)
                 .start()

@@ -262,7 +262,10 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
     assert_eq!(all, ids.iter().copied().collect(), "none lost");
     assert!(!old.is_empty() && !new.is_empty());
     // Once the new version has routed anything, it routes everything published after that.
-    let after: HashSet<i64> = ids[published_before_switch_seen..].iter().copied().collect();
+    let after: HashSet<i64> = ids[published_before_switch_seen..]
+        .iter()
+        .copied()
+        .collect();
     assert!(
         old.iter().all(|id| !after.contains(id)),
         "events published after the switch went to the old route"
