@@ -3,7 +3,8 @@
 //! Owns the consumer side of a queue: the Redis consumer group, reading and reclaiming entries
 //! (`XREADGROUP`, `XAUTOCLAIM` after the receiver lease), the per-(event, handler) idempotency
 //! claim (`SET NX PX`, then a `done` marker kept for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`), handler
-//! outcomes (ack, delayed retry, dead-letter stream), receipts in PostgreSQL, dead-letter
+//! outcomes (ack, delayed retry, dead-letter stream), receipts in PostgreSQL (written in batches
+//! by a background task, after the outcome is safe in Redis), dead-letter
 //! operations and trimming streams below what every consumer group has acknowledged.
 //! It never acknowledges an entry before its outcome is recorded in Redis, and every state
 //! change of one entry (marker, retry, dead letter, ack) is a single atomic script.
@@ -204,6 +205,7 @@ pub struct Receivers {
     retry: Arc<redis::Script>,
     dead: Arc<redis::Script>,
     move_due: Arc<redis::Script>,
+    receipts: tokio::sync::mpsc::Sender<ReceiptUpdate>,
 }
 
 impl Receivers {
@@ -225,7 +227,7 @@ impl Receivers {
             live.routes.clone(),
         ));
         Ok(Self {
-            pool,
+            pool: pool.clone(),
             redis_client,
             conn,
             policy,
@@ -240,6 +242,7 @@ impl Receivers {
             retry: Arc::new(redis::Script::new(RETRY_LUA)),
             dead: Arc::new(redis::Script::new(DEAD_LUA)),
             move_due: Arc::new(redis::Script::new(MOVE_DUE_LUA)),
+            receipts: spawn_receipt_writer(pool),
         })
     }
 
@@ -736,45 +739,171 @@ impl Receivers {
     ) {
         let (result, error) = match handled {
             HandledAs::Ok => ("ok", None),
-            HandledAs::Retry(e) => ("retry", Some(e.as_str())),
-            HandledAs::Dead(e) => ("dead", Some(e.as_str())),
+            HandledAs::Retry(e) => ("retry", Some(e.clone())),
+            HandledAs::Dead(e) => ("dead", Some(e.clone())),
             HandledAs::Duplicate | HandledAs::Busy => return,
         };
-        let r = sqlx::query(
-            r#"
-            INSERT INTO outbox_receipt AS r (event_id, handler, queue, result, attempts, duration_ms, published_ids, error)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-            ON CONFLICT (event_id, handler) DO UPDATE
-            SET result = EXCLUDED.result, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
-                published_ids = ARRAY(SELECT DISTINCT unnest(r.published_ids || EXCLUDED.published_ids) ORDER BY 1),
-                error = EXCLUDED.error, queue = EXCLUDED.queue, updated_at = now()
-            "#,
-        )
-        .bind(event_id)
-        .bind(handler)
-        .bind(queue)
-        .bind(result)
-        .bind(attempts as i32)
-        .bind(duration.as_secs_f64() * 1000.0)
-        .bind(published)
-        .bind(error)
-        .execute(&self.pool)
+        self.send_receipt(ReceiptUpdate::Outcome(Receipt {
+            event_id,
+            handler: handler.to_string(),
+            queue: queue.to_string(),
+            result,
+            attempts: attempts as i32,
+            duration_ms: duration.as_secs_f64() * 1000.0,
+            published: published.to_vec(),
+            error,
+        }))
         .await;
-        if let Err(e) = r {
-            tracing::warn!(event_id, handler, error = %e, "could not record the receipt");
-        }
     }
 
     async fn record_duplicate(&self, event_id: i64, handler: &str) {
-        let r = sqlx::query("UPDATE outbox_receipt SET duplicates = duplicates + 1, updated_at = now() WHERE event_id = $1 AND handler = $2")
-            .bind(event_id)
-            .bind(handler)
-            .execute(&self.pool)
-            .await;
-        if let Err(e) = r {
-            tracing::warn!(event_id, handler, error = %e, "could not count the duplicate delivery");
+        self.send_receipt(ReceiptUpdate::Duplicate {
+            event_id,
+            handler: handler.to_string(),
+        })
+        .await;
+    }
+
+    async fn send_receipt(&self, update: ReceiptUpdate) {
+        if self.receipts.send(update).await.is_err() {
+            tracing::warn!("the receipt writer stopped; a receipt was not recorded");
         }
     }
+}
+
+/// One handler outcome for `outbox_receipt`.
+#[derive(Debug, Clone)]
+struct Receipt {
+    event_id: i64,
+    handler: String,
+    queue: String,
+    result: &'static str,
+    attempts: i32,
+    duration_ms: f64,
+    published: Vec<i64>,
+    error: Option<String>,
+}
+
+/// What the receipt writer is told.
+#[derive(Debug, Clone)]
+enum ReceiptUpdate {
+    /// A handler outcome.
+    Outcome(Receipt),
+    /// A duplicate delivery that was acknowledged without running the handler.
+    Duplicate { event_id: i64, handler: String },
+}
+
+/// Receipts written per statement at most.
+const RECEIPT_BATCH: usize = 500;
+
+/// Start the task that writes receipts in batches: whatever queued up while the previous
+/// statement ran goes into the next one, so a busy receiver writes a few rows per entry's worth
+/// of round trips and an idle one writes each receipt at once. It ends when every sender is gone.
+fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<ReceiptUpdate> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<ReceiptUpdate>(10_000);
+    tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(RECEIPT_BATCH);
+        while let Some(first) = rx.recv().await {
+            batch.push(first);
+            while batch.len() < RECEIPT_BATCH {
+                match rx.try_recv() {
+                    Ok(update) => batch.push(update),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = write_receipts(&pool, std::mem::take(&mut batch)).await {
+                tracing::warn!(error = %e, "could not record receipts");
+            }
+        }
+    });
+    tx
+}
+
+/// Write one batch: outcomes as one upsert, duplicate counts of rows without an outcome in the
+/// batch as one update. Updates of the same (event, handler) are merged first (the latest
+/// outcome wins, published ids and duplicates add up).
+async fn write_receipts(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), sqlx::Error> {
+    let mut merged: HashMap<(i64, String), (Option<Receipt>, i32)> = HashMap::new();
+    for update in batch {
+        match update {
+            ReceiptUpdate::Outcome(receipt) => {
+                let slot = merged
+                    .entry((receipt.event_id, receipt.handler.clone()))
+                    .or_default();
+                let mut receipt = receipt;
+                if let Some(previous) = slot.0.take() {
+                    receipt.published.extend(previous.published);
+                }
+                slot.0 = Some(receipt);
+            }
+            ReceiptUpdate::Duplicate { event_id, handler } => {
+                merged.entry((event_id, handler)).or_default().1 += 1
+            }
+        }
+    }
+    let mut rows: Vec<(Receipt, i32)> = Vec::new();
+    let (mut dup_ids, mut dup_handlers, mut dup_counts) = (vec![], vec![], vec![]);
+    for ((event_id, handler), (receipt, duplicates)) in merged {
+        match receipt {
+            Some(receipt) => rows.push((receipt, duplicates)),
+            None => {
+                dup_ids.push(event_id);
+                dup_handlers.push(handler);
+                dup_counts.push(duplicates);
+            }
+        }
+    }
+    if !rows.is_empty() {
+        let published: Vec<String> = rows
+            .iter()
+            .map(|(r, _)| {
+                let ids: Vec<String> = r.published.iter().map(i64::to_string).collect();
+                format!("{{{}}}", ids.join(","))
+            })
+            .collect();
+        sqlx::query(
+            r#"
+            INSERT INTO outbox_receipt AS r
+                (event_id, handler, queue, result, attempts, duration_ms, published_ids, error, duplicates)
+            SELECT v.event_id, v.handler, v.queue, v.result, v.attempts, v.duration_ms,
+                   v.published::bigint[], v.error, v.duplicates
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
+                        $7::text[], $8::text[], $9::int[])
+                 AS v(event_id, handler, queue, result, attempts, duration_ms, published, error, duplicates)
+            ON CONFLICT (event_id, handler) DO UPDATE
+            SET result = EXCLUDED.result, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
+                published_ids = ARRAY(SELECT DISTINCT unnest(r.published_ids || EXCLUDED.published_ids) ORDER BY 1),
+                error = EXCLUDED.error, queue = EXCLUDED.queue,
+                duplicates = r.duplicates + EXCLUDED.duplicates, updated_at = now()
+            "#,
+        )
+        .bind(rows.iter().map(|(r, _)| r.event_id).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(r, _)| r.handler.clone()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(r, _)| r.queue.clone()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(r, _)| r.result).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(r, _)| r.attempts).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(r, _)| r.duration_ms).collect::<Vec<_>>())
+        .bind(published)
+        .bind(rows.iter().map(|(r, _)| r.error.clone()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(_, d)| *d).collect::<Vec<_>>())
+        .execute(pool)
+        .await?;
+    }
+    if !dup_ids.is_empty() {
+        sqlx::query(
+            r#"
+            UPDATE outbox_receipt r SET duplicates = r.duplicates + v.n, updated_at = now()
+            FROM unnest($1::bigint[], $2::text[], $3::int[]) AS v(event_id, handler, n)
+            WHERE r.event_id = v.event_id AND r.handler = v.handler
+            "#,
+        )
+        .bind(dup_ids)
+        .bind(dup_handlers)
+        .bind(dup_counts)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Why a handler did not finish.
