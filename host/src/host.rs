@@ -152,14 +152,6 @@ impl HostBuilder {
                 &worker_id,
             );
             tasks.spawn(d.clone().run(shutdown.clone()));
-            tasks.spawn(heartbeat_loop(
-                pool.clone(),
-                worker_id.clone(),
-                d.stats(),
-                live.as_ref().map(|l| l.registry.clone()),
-                settings.worker_queue_group.clone(),
-                shutdown.clone(),
-            ));
             tasks.spawn(retention_loop(
                 pool.clone(),
                 settings.clone(),
@@ -197,6 +189,15 @@ impl HostBuilder {
                 }
             }
         }
+        // Every process heartbeats (a receiver-only one too), with its plugins' counters.
+        tasks.spawn(heartbeat_loop(
+            pool.clone(),
+            worker_id.clone(),
+            dispatcher.as_ref().map(Dispatcher::stats).unwrap_or_default(),
+            live.as_ref().map(|l| l.registry.clone()),
+            settings.worker_queue_group.clone(),
+            shutdown.clone(),
+        ));
         if !settings.http_addr.is_empty() {
             tasks.spawn(crate::http::serve(
                 settings.http_addr.clone(),
