@@ -193,7 +193,10 @@ impl HostBuilder {
         tasks.spawn(heartbeat_loop(
             pool.clone(),
             worker_id.clone(),
-            dispatcher.as_ref().map(Dispatcher::stats).unwrap_or_default(),
+            dispatcher
+                .as_ref()
+                .map(Dispatcher::stats)
+                .unwrap_or_default(),
             live.as_ref().map(|l| l.registry.clone()),
             settings.worker_queue_group.clone(),
             shutdown.clone(),
