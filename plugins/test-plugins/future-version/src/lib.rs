@@ -13,7 +13,10 @@ struct FutureRouter;
 
 impl Guest for FutureRouter {
     fn route(events: Vec<Event>) -> Vec<Vec<String>> {
-        events.iter().map(|_| vec!["outbox.future".to_string()]).collect()
+        events
+            .iter()
+            .map(|_| vec!["outbox.future".to_string()])
+            .collect()
     }
 }
 
