@@ -61,7 +61,7 @@ config = {{ executor = {{ queue = "outbox.workflow-executor" }}, workflows = [
 grants = {{ publish = ["workflow.execution.", "workflow.executor."] }}
 
 [plugins.plugin-hook]
-config = {{ subscribers = {{ "workflow.executed" = ["audit-log", "notifier"], "workflow.failed" = ["audit-log"] }} }}
+config = {{ subscribers = {{ "workflow.executed" = ["audit-log", "notifier"], "workflow.failed" = ["audit-log"], "workflow.retried" = ["audit-log", "flaky-handler"] }} }}
 grants = {{ publish = ["plugin.invoke."] }}
 
 [plugins.audit-log]
@@ -749,6 +749,53 @@ async fn streams_are_trimmed_only_below_what_every_group_acknowledged(pool: PgPo
         len == 0
     })
     .await;
+    running.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_failing_hook_subscriber_does_not_redo_the_others(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(false));
+    let running = start(&env, &fixture, "c1", true).await;
+    let hook = env
+        .publish_all(vec![NewEvent::new(
+            "plugin.hook.workflow.retried",
+            json!({"workflow_id": "w"}),
+        )])
+        .await[0];
+    wait_for(
+        "the failing subscriber to give up",
+        Duration::from_secs(30),
+        async || {
+            receipts(&env)
+                .await
+                .iter()
+                .any(|r| r.0 == hook && r.1 == "flaky-handler" && r.2 == "dead")
+        },
+    )
+    .await;
+    let audit: (String, i32, i32) = sqlx::query_as(
+        "SELECT result, attempts, duplicates FROM outbox_receipt WHERE event_id = $1 AND handler = 'audit-log'",
+    )
+    .bind(hook)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audit,
+        ("ok".to_string(), 1, 0),
+        "the healthy subscriber ran once, never again"
+    );
+    let flaky_attempts: i32 = sqlx::query_scalar(
+        "SELECT attempts FROM outbox_receipt WHERE event_id = $1 AND handler = 'flaky-handler'",
+    )
+    .bind(hook)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(flaky_attempts, 3, "only the failing subscriber retried");
     running.stop().await;
     env.cleanup().await;
 }
