@@ -308,11 +308,10 @@ impl Dispatcher {
             }
         }
         let results = self.sink.enqueue_all(&items).await;
-        let transport_failures = results
-            .iter()
-            .filter(|r| matches!(r, EnqueueResult::Failed(m) if m.contains(": redis: ")))
-            .count();
-        let redis_unavailable = !results.is_empty() && transport_failures == results.len();
+        let redis_unavailable = !results.is_empty()
+            && results
+                .iter()
+                .all(|r| matches!(r, EnqueueResult::Unavailable(_)));
 
         let mut per_event: HashMap<i64, Vec<(&str, &EnqueueResult)>> = HashMap::new();
         for (item, result) in items.iter().zip(&results) {
@@ -349,20 +348,11 @@ impl Dispatcher {
                                 event_id: event.id,
                                 destination: queue.to_string(),
                                 stream_id: result.stream_id().map(str::to_string),
-                                error: match result {
-                                    EnqueueResult::Failed(m) => Some(m.clone()),
-                                    _ => None,
-                                },
+                                error: result.error().map(str::to_string),
                             });
                         }
                     }
-                    let errors: Vec<&str> = results
-                        .iter()
-                        .filter_map(|(_, r)| match r {
-                            EnqueueResult::Failed(m) => Some(m.as_str()),
-                            _ => None,
-                        })
-                        .collect();
+                    let errors: Vec<&str> = results.iter().filter_map(|(_, r)| r.error()).collect();
                     if errors.is_empty() {
                         EventOutcome::Done
                     } else {

@@ -53,8 +53,10 @@ pub enum EnqueueResult {
     Added(String),
     /// An earlier attempt already added it; this is its entry id. Nothing was written.
     AlreadyEnqueued(String),
-    /// It failed; nothing was written.
+    /// Redis refused this entry (e.g. the key holds another type); nothing was written.
     Failed(String),
+    /// Redis could not be reached (connection, timeout); nothing was written.
+    Unavailable(String),
 }
 
 impl EnqueueResult {
@@ -62,7 +64,15 @@ impl EnqueueResult {
     pub fn stream_id(&self) -> Option<&str> {
         match self {
             EnqueueResult::Added(id) | EnqueueResult::AlreadyEnqueued(id) => Some(id),
-            EnqueueResult::Failed(_) => None,
+            EnqueueResult::Failed(_) | EnqueueResult::Unavailable(_) => None,
+        }
+    }
+
+    /// The error, if it failed.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            EnqueueResult::Failed(e) | EnqueueResult::Unavailable(e) => Some(e),
+            EnqueueResult::Added(_) | EnqueueResult::AlreadyEnqueued(_) => None,
         }
     }
 }
@@ -177,15 +187,15 @@ impl RedisSink {
             Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
                 // Redis restarted (scripts are not persisted): load it again and retry once.
                 if let Err(load) = self.load_script().await {
-                    return fail_all(chunk, &load.to_string());
+                    return unavailable_all(chunk, &load.to_string());
                 }
                 match self.run_pipeline(chunk).await {
                     Ok(r) => r,
-                    Err(e) => fail_all(chunk, &format!("redis: {e}")),
+                    Err(e) => unavailable_all(chunk, &format!("redis: {e}")),
                 }
             }
             Ok(r) => r,
-            Err(e) => fail_all(chunk, &format!("redis: {e}")),
+            Err(e) => unavailable_all(chunk, &format!("redis: {e}")),
         }
     }
 
@@ -235,11 +245,11 @@ impl RedisSink {
     }
 }
 
-fn fail_all(chunk: &[Enqueue<'_>], message: &str) -> Vec<EnqueueResult> {
+fn unavailable_all(chunk: &[Enqueue<'_>], message: &str) -> Vec<EnqueueResult> {
     chunk
         .iter()
         .map(|item| {
-            EnqueueResult::Failed(format!(
+            EnqueueResult::Unavailable(format!(
                 "event {} to {}: {message}",
                 item.event.id, item.queue
             ))
