@@ -106,6 +106,16 @@ pub fn explain_route(table: &RouteTable, event_type: &str) -> String {
     }
 }
 
+/// Workflows the demo's workflow-trigger handler knows (plugin config, as in `routes.toml`).
+const DEMO_WORKFLOWS: &str = r#"
+executor = { queue = "outbox.workflow-executor" }
+workflows = [
+  { id = "welcome-series", trigger = { event = "user.signed-up" } },
+  { id = "crm-sync", trigger = { event = "user.signed-up" } },
+  { id = "retired", enabled = false, trigger = { event = "user.signed-up" } },
+]
+"#;
+
 /// The event types the demo publishes, with how many of each.
 const DEMO_MIX: &[(&str, usize)] = &[
     ("mail.welcome", 60),
@@ -158,13 +168,21 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         let _: () = conn.del(old).await?;
     }
 
-    // The shipped table has no fan-out rule; the demo adds one so fan-out shows up. Receivers
-    // are left out so the queues keep what the dispatcher put there.
+    // The shipped table has no fan-out rule; the demo adds one so fan-out shows up.
     config.routes.routes.insert(
         "order.".into(),
         crate::config::QueueList::Many(vec!["outbox.audit".into(), "outbox.search-index".into()]),
     );
-    config.routes.handlers.clear();
+    // One receiver runs the workflow-trigger plugin on outbox.workflow: a trigger event fans out
+    // to the enabled workflows, each handed on to the executor queue. Other queues keep what the
+    // dispatcher put there, so they can be counted.
+    config
+        .routes
+        .handlers
+        .retain(|queue, _| queue == "outbox.workflow");
+    if let Some(spec) = config.routes.plugins.get_mut("workflow-trigger") {
+        spec.config = Some(toml::from_str(DEMO_WORKFLOWS)?);
+    }
     let table = config.routes.route_table();
     println!("demo: routing table (plus the demo's fan-out rule \"order.\"):\n{table}");
 
@@ -201,7 +219,19 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         .await?;
     }
     doomed.rollback().await?;
-    println!("demo: published {published} events in transactions of 25; 10 more were rolled back and never appear");
+    let mut tx = pool.begin().await?;
+    let trigger = publish_with_limit(
+        &mut tx,
+        NewEvent::new(
+            "workflow.trigger.event",
+            serde_json::json!({"trigger": "user.signed-up", "data": {"user": 42}}),
+        ),
+        settings.max_payload_bytes,
+    )
+    .await?;
+    tx.commit().await?;
+    published += 1;
+    println!("demo: published {published} events in transactions of 25 (the last one a workflow trigger); 10 more were rolled back and never appear");
 
     let host = crate::Host::builder()
         .config(config.clone())
@@ -224,11 +254,16 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         indicatif::ProgressStyle::with_template("demo: dispatching {bar:40} {pos}/{len} {msg}")
             .expect("valid template"),
     );
+    let workflows_on = host
+        .live()
+        .is_some_and(|l| l.registry.get("workflow-trigger").is_some());
+    let executor_stream = format!("{DEMO_REDIS_PREFIX}outbox.workflow-executor");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let c = store::status_counts(&pool).await?;
-        bar.set_position((c.done + c.failed) as u64);
-        if c.pending == 0 && c.processing == 0 {
+        bar.set_position(((c.done + c.failed) as u64).min(published as u64));
+        let jobs: u64 = conn.xlen(&executor_stream).await?;
+        if c.pending == 0 && c.processing == 0 && (!workflows_on || jobs >= 2) {
             break;
         }
         if Instant::now() > deadline {
@@ -264,6 +299,12 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             Cell::new(types.join(", ")),
         ]);
     }
+    let jobs: u64 = conn.xlen(&executor_stream).await?;
+    t.add_row(vec![
+        Cell::new("outbox.workflow-executor"),
+        Cell::new(jobs),
+        Cell::new("workflow.executor.job (published by the workflow-trigger handler)"),
+    ]);
     println!("{t}");
     let counts = store::status_counts(&pool).await?;
     println!(
@@ -292,6 +333,37 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             ]);
         }
         println!("{t}");
+    }
+    if workflows_on {
+        let receipts = sqlx::query(
+            "SELECT r.event_id, e.event_type, r.handler, r.result, r.attempts, r.published_ids, r.duration_ms \
+             FROM outbox_receipt r LEFT JOIN outbox_event e ON e.id = r.event_id ORDER BY r.event_id",
+        )
+        .fetch_all(&pool)
+        .await?;
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "handled event",
+            "type",
+            "handler (WebAssembly)",
+            "result",
+            "attempts",
+            "published",
+            "ms",
+        ]);
+        for r in receipts {
+            let published: Vec<i64> = r.get("published_ids");
+            t.add_row(vec![
+                Cell::new(r.get::<i64, _>("event_id")),
+                Cell::new(r.get::<Option<String>, _>("event_type").unwrap_or_default()),
+                Cell::new(r.get::<String, _>("handler")),
+                Cell::new(r.get::<String, _>("result")),
+                Cell::new(r.get::<i32, _>("attempts")),
+                Cell::new(format!("{published:?}")),
+                Cell::new(format!("{:.1}", r.get::<f64, _>("duration_ms"))),
+            ]);
+        }
+        println!("receiver: the workflow trigger (event {trigger}) fanned out to the 2 enabled workflows (the disabled one was skipped):\n{t}");
     }
     let sample: Vec<redis::streams::StreamRangeReply> = vec![
         conn.xrange_count(format!("{DEMO_REDIS_PREFIX}outbox.mail"), "-", "+", 1)
