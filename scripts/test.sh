@@ -13,5 +13,10 @@ fi
 if [ -f plugins/Cargo.toml ]; then
   scripts/build-plugins.sh
 fi
-cargo test --workspace --all-targets "$@"
-cargo test --workspace --doc
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --doc 2>&1 | tee -a "$log"
+cargo test --workspace --all-targets "$@" 2>&1 | tee -a "$log"
+# One closing line for the whole run (cargo prints one result line per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
