@@ -3,13 +3,13 @@
 //! Owns the consumer side of a queue: the Redis consumer group, reading and reclaiming entries
 //! (`XREADGROUP`, `XAUTOCLAIM` after the receiver lease), the per-(event, handler) idempotency
 //! claim (`SET NX PX`, then a `done` marker kept for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`), handler
-//! outcomes (ack, delayed retry, dead-letter stream), receipts in PostgreSQL (written in batches
-//! by a background task, after the outcome is safe in Redis), dead-letter
-//! operations and trimming streams below what every consumer group has acknowledged.
+//! outcomes (ack, delayed retry, dead-letter stream) and trimming streams below what every
+//! consumer group has acknowledged. Receipts in PostgreSQL (`receipts`, written in batches
+//! after the outcome is safe in Redis) and dead-letter operations ([`DeadLetters`]) live in
+//! submodules.
 //! It never acknowledges an entry before its outcome is recorded in Redis, and every state
 //! change of one entry (marker, retry, dead letter, ack) is a single atomic script.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,12 @@ use crate::plugin::bindings::WitEvent;
 use crate::plugin::engine::Prepared;
 use crate::plugin::reload::LiveConfig;
 use crate::plugin::services::{CapabilityPolicy, ReceiverServices};
+
+mod dead_letter;
+mod receipts;
+
+pub use dead_letter::{DeadLetter, DeadLetters};
+use receipts::{spawn_receipt_writer, Receipt, ReceiptUpdate};
 
 /// Consumer group every outbox receiver joins on a queue's stream.
 pub const CONSUMER_GROUP: &str = "outbox";
@@ -771,141 +777,6 @@ impl Receivers {
     }
 }
 
-/// One handler outcome for `outbox_receipt`.
-#[derive(Debug, Clone)]
-struct Receipt {
-    event_id: i64,
-    handler: String,
-    queue: String,
-    result: &'static str,
-    attempts: i32,
-    duration_ms: f64,
-    published: Vec<i64>,
-    error: Option<String>,
-}
-
-/// What the receipt writer is told.
-#[derive(Debug, Clone)]
-enum ReceiptUpdate {
-    /// A handler outcome.
-    Outcome(Receipt),
-    /// A duplicate delivery that was acknowledged without running the handler.
-    Duplicate { event_id: i64, handler: String },
-}
-
-/// Receipts written per statement at most.
-const RECEIPT_BATCH: usize = 500;
-
-/// Start the task that writes receipts in batches: whatever queued up while the previous
-/// statement ran goes into the next one, so a busy receiver writes a few rows per entry's worth
-/// of round trips and an idle one writes each receipt at once. It ends when every sender is gone.
-fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<ReceiptUpdate> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<ReceiptUpdate>(10_000);
-    tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(RECEIPT_BATCH);
-        while let Some(first) = rx.recv().await {
-            batch.push(first);
-            while batch.len() < RECEIPT_BATCH {
-                match rx.try_recv() {
-                    Ok(update) => batch.push(update),
-                    Err(_) => break,
-                }
-            }
-            if let Err(e) = write_receipts(&pool, std::mem::take(&mut batch)).await {
-                tracing::warn!(error = %e, "could not record receipts");
-            }
-        }
-    });
-    tx
-}
-
-/// Write one batch: outcomes as one upsert, duplicate counts of rows without an outcome in the
-/// batch as one update. Updates of the same (event, handler) are merged first (the latest
-/// outcome wins, published ids and duplicates add up).
-async fn write_receipts(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), sqlx::Error> {
-    let mut merged: HashMap<(i64, String), (Option<Receipt>, i32)> = HashMap::new();
-    for update in batch {
-        match update {
-            ReceiptUpdate::Outcome(receipt) => {
-                let slot = merged
-                    .entry((receipt.event_id, receipt.handler.clone()))
-                    .or_default();
-                let mut receipt = receipt;
-                if let Some(previous) = slot.0.take() {
-                    receipt.published.extend(previous.published);
-                }
-                slot.0 = Some(receipt);
-            }
-            ReceiptUpdate::Duplicate { event_id, handler } => {
-                merged.entry((event_id, handler)).or_default().1 += 1
-            }
-        }
-    }
-    let mut rows: Vec<(Receipt, i32)> = Vec::new();
-    let (mut dup_ids, mut dup_handlers, mut dup_counts) = (vec![], vec![], vec![]);
-    for ((event_id, handler), (receipt, duplicates)) in merged {
-        match receipt {
-            Some(receipt) => rows.push((receipt, duplicates)),
-            None => {
-                dup_ids.push(event_id);
-                dup_handlers.push(handler);
-                dup_counts.push(duplicates);
-            }
-        }
-    }
-    if !rows.is_empty() {
-        let published: Vec<String> = rows
-            .iter()
-            .map(|(r, _)| {
-                let ids: Vec<String> = r.published.iter().map(i64::to_string).collect();
-                format!("{{{}}}", ids.join(","))
-            })
-            .collect();
-        sqlx::query(
-            r#"
-            INSERT INTO outbox_receipt AS r
-                (event_id, handler, queue, result, attempts, duration_ms, published_ids, error, duplicates)
-            SELECT v.event_id, v.handler, v.queue, v.result, v.attempts, v.duration_ms,
-                   v.published::bigint[], v.error, v.duplicates
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
-                        $7::text[], $8::text[], $9::int[])
-                 AS v(event_id, handler, queue, result, attempts, duration_ms, published, error, duplicates)
-            ON CONFLICT (event_id, handler) DO UPDATE
-            SET result = EXCLUDED.result, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
-                published_ids = ARRAY(SELECT DISTINCT unnest(r.published_ids || EXCLUDED.published_ids) ORDER BY 1),
-                error = EXCLUDED.error, queue = EXCLUDED.queue,
-                duplicates = r.duplicates + EXCLUDED.duplicates, updated_at = now()
-            "#,
-        )
-        .bind(rows.iter().map(|(r, _)| r.event_id).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.handler.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.queue.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.result).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.attempts).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.duration_ms).collect::<Vec<_>>())
-        .bind(published)
-        .bind(rows.iter().map(|(r, _)| r.error.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(_, d)| *d).collect::<Vec<_>>())
-        .execute(pool)
-        .await?;
-    }
-    if !dup_ids.is_empty() {
-        sqlx::query(
-            r#"
-            UPDATE outbox_receipt r SET duplicates = r.duplicates + v.n, updated_at = now()
-            FROM unnest($1::bigint[], $2::text[], $3::int[]) AS v(event_id, handler, n)
-            WHERE r.event_id = v.event_id AND r.handler = v.handler
-            "#,
-        )
-        .bind(dup_ids)
-        .bind(dup_handlers)
-        .bind(dup_counts)
-        .execute(pool)
-        .await?;
-    }
-    Ok(())
-}
-
 /// Why a handler did not finish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum HandlerFailure {
@@ -1045,128 +916,5 @@ fn next_id(id: &str) -> String {
     match parse_id(id) {
         Some((ms, seq)) => format!("{ms}-{}", seq + 1),
         None => "0-0".into(),
-    }
-}
-
-/// One entry of a dead-letter stream.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct DeadLetter {
-    /// Queue it came from.
-    pub queue: String,
-    /// Its id in the dead-letter stream.
-    pub dead_letter_id: String,
-    /// The outbox event id.
-    pub event_id: Option<i64>,
-    /// Event type.
-    pub event_type: String,
-    /// Why it was dead-lettered.
-    pub error: String,
-    /// Handler attempts made.
-    pub attempts: u32,
-    /// When.
-    pub dead_at: String,
-    /// All fields.
-    pub fields: HashMap<String, String>,
-}
-
-/// Dead-letter operations for `outbox dead-letter`.
-pub struct DeadLetters {
-    conn: ConnectionManager,
-    prefix: String,
-}
-
-impl DeadLetters {
-    /// Connect.
-    pub async fn connect(settings: &Settings) -> Result<Self, ReceiveError> {
-        let client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
-            "invalid REDIS_URL".into()
-        })?;
-        let conn = ctx(ConnectionManager::new(client).await, || {
-            "connect to Redis".into()
-        })?;
-        Ok(Self {
-            conn,
-            prefix: settings.redis_prefix.clone(),
-        })
-    }
-
-    /// Entries in the dead-letter stream of each of `queues`.
-    pub async fn list(&self, queues: &[String]) -> Result<Vec<DeadLetter>, ReceiveError> {
-        let mut out = Vec::new();
-        let mut conn = self.conn.clone();
-        for queue in queues {
-            let key = format!("{}{}.dead-letter", self.prefix, queue);
-            let reply: redis::streams::StreamRangeReply =
-                ctx(conn.xrange_all(&key).await, || format!("read {key}"))?;
-            for id in reply.ids {
-                let entry = QueueEntry::from_stream(&id);
-                out.push(DeadLetter {
-                    queue: queue.clone(),
-                    dead_letter_id: id.id.clone(),
-                    event_id: entry.event_id(),
-                    event_type: entry.get("event_type").unwrap_or_default().to_string(),
-                    error: entry.get("error").unwrap_or_default().to_string(),
-                    attempts: entry.handler_attempt(),
-                    dead_at: entry.get("dead_at").unwrap_or_default().to_string(),
-                    fields: entry.fields.into_iter().collect(),
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    /// Put a dead letter back on its queue (attempts start again at 1; the handler's
-    /// idempotency record is cleared so it runs), and remove it from the dead-letter stream.
-    pub async fn replay(&self, letter: &DeadLetter) -> Result<String, ReceiveError> {
-        let mut conn = self.conn.clone();
-        let mut fields: Vec<(String, String)> = letter
-            .fields
-            .iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "error"
-                        | "handler"
-                        | "queue"
-                        | "dead_at"
-                        | "handler_attempt"
-                        | "last_error"
-                        | "retry_nonce"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        fields.sort();
-        fields.push(("replayed_from".into(), letter.dead_letter_id.clone()));
-        let stream = format!("{}{}", self.prefix, letter.queue);
-        let dead = format!("{}{}.dead-letter", self.prefix, letter.queue);
-        let handler = letter.fields.get("handler").cloned().unwrap_or_default();
-        let marker = format!(
-            "{}outbox:handled:{}:{}",
-            self.prefix,
-            handler,
-            letter.event_id.unwrap_or(0)
-        );
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .del(&marker)
-            .ignore()
-            .xadd(&stream, "*", &fields)
-            .xdel(&dead, &[&letter.dead_letter_id])
-            .ignore();
-        let (id,): (String,) = ctx(pipe.query_async(&mut conn).await, || {
-            format!("replay {} to {}", letter.dead_letter_id, letter.queue)
-        })?;
-        Ok(id)
-    }
-
-    /// Delete a dead letter for good.
-    pub async fn drop_letter(&self, letter: &DeadLetter) -> Result<(), ReceiveError> {
-        let mut conn = self.conn.clone();
-        let dead = format!("{}{}.dead-letter", self.prefix, letter.queue);
-        let _: i64 = ctx(conn.xdel(&dead, &[&letter.dead_letter_id]).await, || {
-            format!("drop {}", letter.dead_letter_id)
-        })?;
-        Ok(())
     }
 }

@@ -1,0 +1,135 @@
+//! `outbox dead-letter list|replay|drop`.
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
+
+use crate::config::Config;
+
+/// What `outbox dead-letter` does with the selected entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterAction {
+    /// Show them.
+    List,
+    /// Put them back on their queue.
+    Replay,
+    /// Delete them.
+    Drop,
+}
+
+/// Which dead letters `outbox dead-letter` works on.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterSelection {
+    /// One queue (default: every handler-bound queue).
+    pub queue: Option<String>,
+    /// One dead-letter entry id.
+    pub id: Option<String>,
+    /// One outbox event id.
+    pub event_id: Option<i64>,
+}
+
+/// `outbox dead-letter list|replay|drop`: select dead letters, then show, replay or drop them
+/// (`dry_run` only shows what would change).
+pub async fn dead_letters(
+    config: &Config,
+    selection: &DeadLetterSelection,
+    action: DeadLetterAction,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let queues: Vec<String> = match &selection.queue {
+        Some(q) => vec![q.clone()],
+        None => config.routes.handlers.keys().cloned().collect(),
+    };
+    let store = crate::receive::DeadLetters::connect(&config.settings).await?;
+    let letters: Vec<crate::receive::DeadLetter> = store
+        .list(&queues)
+        .await?
+        .into_iter()
+        .filter(|l| {
+            selection
+                .id
+                .as_ref()
+                .is_none_or(|id| &l.dead_letter_id == id)
+        })
+        .filter(|l| selection.event_id.is_none_or(|e| l.event_id == Some(e)))
+        .collect();
+    let mut done = Vec::new();
+    if !dry_run {
+        for letter in &letters {
+            match action {
+                DeadLetterAction::List => {}
+                DeadLetterAction::Replay => {
+                    let id = store.replay(letter).await?;
+                    eprintln!(
+                        "replayed {} ({}) to {} as {id}",
+                        letter.dead_letter_id, letter.event_type, letter.queue
+                    );
+                    if letter.attempts > 1 {
+                        eprintln!("warning: event {:?} already ran {} times; make sure its handler is fixed, or it will dead-letter again", letter.event_id, letter.attempts);
+                    }
+                }
+                DeadLetterAction::Drop => store.drop_letter(letter).await?,
+            }
+            done.push(letter.dead_letter_id.clone());
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "action": format!("{action:?}").to_lowercase(),
+                "dry_run": dry_run && action != DeadLetterAction::List,
+                "selected": letters,
+                "changed": done,
+            })
+        );
+        return Ok(());
+    }
+    if letters.is_empty() {
+        println!("no dead letters in {}", queues.join(", "));
+        return Ok(());
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "queue",
+        "dead letter",
+        "event",
+        "type",
+        "attempts",
+        "dead at",
+        "error",
+    ]);
+    for l in &letters {
+        t.add_row(vec![
+            Cell::new(&l.queue),
+            Cell::new(&l.dead_letter_id),
+            Cell::new(l.event_id.map(|e| e.to_string()).unwrap_or_default()),
+            Cell::new(&l.event_type),
+            Cell::new(l.attempts),
+            Cell::new(&l.dead_at),
+            Cell::new(&l.error),
+        ]);
+    }
+    println!("{t}");
+    match (action, dry_run) {
+        (DeadLetterAction::List, _) => {}
+        (_, true) => println!(
+            "dry run: {} entries would be {}",
+            letters.len(),
+            if action == DeadLetterAction::Replay {
+                "replayed"
+            } else {
+                "dropped"
+            }
+        ),
+        (_, false) => println!(
+            "{} entries {}",
+            done.len(),
+            if action == DeadLetterAction::Replay {
+                "replayed"
+            } else {
+                "dropped"
+            }
+        ),
+    }
+    Ok(())
+}
