@@ -1,6 +1,6 @@
 //! `outbox-host`: a transactional outbox host.
 //!
-//! Follow one event through the modules in order: [`publish`] (an application writes it in its
+//! Follow one event through the modules in order: [`publish`](mod@publish) (an application writes it in its
 //! own transaction) → [`store`] (claim with a lease) → [`dispatch`] (the claim loop) →
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly

@@ -74,7 +74,7 @@ enum Command {
         #[command(subcommand)]
         command: DeadLetterCommand,
     },
-    /// Print the effective settings (environment over [settings] over defaults).
+    /// Print the effective settings (environment over `[settings]` over defaults).
     Config,
     /// Inspect, check, try out and scaffold WebAssembly plugins.
     Plugins {

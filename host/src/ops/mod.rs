@@ -2,7 +2,7 @@
 //! dead letters.
 //!
 //! Owns the human-facing output of the CLI (tables, JSON), one submodule per command family. It
-//! goes through the same library calls as the host ([`crate::publish`], [`crate::dispatch`],
+//! goes through the same library calls as the host ([`crate::publish`](mod@crate::publish), [`crate::dispatch`],
 //! [`crate::store`], [`crate::receive`], [`crate::plugin`]) and never writes SQL of its own
 //! against rows a dispatcher may hold.
 
