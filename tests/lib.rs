@@ -142,14 +142,9 @@ impl TestEnv {
 
     /// A sink on this test's prefix.
     pub async fn sink(&self) -> RedisSink {
-        RedisSink::connect(
-            &self.settings.redis_url,
-            &self.prefix,
-            self.settings.dedupe_ttl,
-            self.settings.dispatch_concurrency,
-        )
-        .await
-        .expect("connect sink")
+        RedisSink::from_settings(&self.settings)
+            .await
+            .expect("connect sink")
     }
 
     /// A dispatcher with the default table.
@@ -159,10 +154,16 @@ impl TestEnv {
 
     /// A dispatcher with a given table.
     pub async fn dispatcher_with(&self, worker: &str, table: RouteTable) -> Dispatcher {
+        self.dispatcher_routed_by(worker, RouterHandle::new(table))
+            .await
+    }
+
+    /// A dispatcher routing through `router` (e.g. a live plugin router).
+    pub async fn dispatcher_routed_by(&self, worker: &str, router: RouterHandle) -> Dispatcher {
         Dispatcher::new(
             self.pool.clone(),
             self.sink().await,
-            RouterHandle::new(table),
+            router,
             Arc::new(self.settings.clone()),
             worker,
         )
@@ -232,6 +233,15 @@ impl TestEnv {
     pub async fn count(&self, status: &str) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = $1")
             .bind(status)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Count of events of one type.
+    pub async fn count_type(&self, event_type: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = $1")
+            .bind(event_type)
             .fetch_one(&self.pool)
             .await
             .unwrap()

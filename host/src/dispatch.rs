@@ -118,23 +118,12 @@ impl Dispatcher {
         &self.router
     }
 
-    /// Wake the loop now (what a NOTIFY does).
-    pub fn wake(&self) {
-        self.wake.notify_one();
-    }
-
     /// Claim and dispatch until nothing is due right now (`outbox drain`). Events whose retry is
     /// scheduled later are left for later. Returns the summed report.
     pub async fn drain(&self) -> Result<BatchReport, store::StoreError> {
         let mut total = BatchReport::default();
         loop {
-            let claim = store::claim_due_events(
-                &self.pool,
-                &self.worker_id,
-                self.settings.dispatch_batch_size,
-                self.settings.claim_lease,
-            )
-            .await?;
+            let claim = self.claim().await?;
             if claim.events.is_empty() {
                 return Ok(total);
             }
@@ -165,14 +154,7 @@ impl Dispatcher {
             while in_flight.len() >= BATCHES_IN_FLIGHT {
                 in_flight.join_next().await;
             }
-            let claim = match store::claim_due_events(
-                &self.pool,
-                &self.worker_id,
-                self.settings.dispatch_batch_size,
-                self.settings.claim_lease,
-            )
-            .await
-            {
+            let claim = match self.claim().await {
                 Ok(claim) => {
                     failures = 0;
                     claim
@@ -233,6 +215,17 @@ impl Dispatcher {
         }
         listener.abort();
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
+    }
+
+    /// Claim the next batch under this dispatcher's worker id, batch size and lease.
+    async fn claim(&self) -> Result<Claim, store::StoreError> {
+        store::claim_due_events(
+            &self.pool,
+            &self.worker_id,
+            self.settings.dispatch_batch_size,
+            self.settings.claim_lease,
+        )
+        .await
     }
 
     /// How long to sleep when nothing was claimable: until the next row is due (retry time or
@@ -400,7 +393,7 @@ impl Dispatcher {
         let shared = events.clone();
         let joined = tokio::task::spawn_blocking(move || {
             let router: &dyn crate::routing::Router = router.as_ref().as_ref();
-            match router.route_batch(&shared) {
+            let decisions = match router.route_batch(&shared) {
                 Ok(d) if d.len() == shared.len() => d,
                 Ok(d) => {
                     let message = format!(
@@ -412,7 +405,17 @@ impl Dispatcher {
                     route_one_by_one(router, &shared, &message)
                 }
                 Err(e) => route_one_by_one(router, &shared, &e.to_string()),
-            }
+            };
+            // Whatever the router, an empty queue list must not count as delivered.
+            decisions
+                .into_iter()
+                .map(|d| match d {
+                    RouteDecision::Queues(q) if q.is_empty() => {
+                        RouteDecision::Error(format!("router {} returned no queue", router.name()))
+                    }
+                    other => other,
+                })
+                .collect::<Vec<_>>()
         })
         .await;
         let decisions = joined.unwrap_or_else(|e| {
@@ -451,12 +454,7 @@ fn route_one_by_one(
         .iter()
         .map(
             |event| match router.route_batch(std::slice::from_ref(event)) {
-                Ok(mut d) if d.len() == 1 => match d.remove(0) {
-                    RouteDecision::Queues(q) if q.is_empty() => {
-                        RouteDecision::Error(format!("router {} returned no queue", router.name()))
-                    }
-                    other => other,
-                },
+                Ok(mut d) if d.len() == 1 => d.remove(0),
                 Ok(d) => RouteDecision::Error(format!(
                     "router {} returned {} routes for 1 event",
                     router.name(),
@@ -531,17 +529,25 @@ async fn listen_for_events(pool: PgPool, wake: Arc<Notify>, shutdown: Cancellati
     }
 }
 
-/// Connect to PostgreSQL, retrying with backoff and a clear log line until it answers or
-/// shutdown fires (`None`).
-pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken) -> Option<PgPool> {
+/// Run `connect` until it succeeds, logging each failure as "`what` unavailable" and backing off
+/// ([`retry_delay`]); `None` when shutdown fires first.
+pub async fn connect_with_retry<T, E, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut connect: impl FnMut() -> Fut,
+) -> Option<T>
+where
+    E: std::fmt::Display,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
     let mut failures = 0;
     loop {
-        match store::connect(&settings.database_url, 16).await {
-            Ok(pool) => return Some(pool),
+        match connect().await {
+            Ok(connected) => return Some(connected),
             Err(e) => {
                 failures += 1;
                 let delay = retry_delay(failures);
-                tracing::error!(error = %e, retry_in = ?delay, "PostgreSQL unavailable; retrying");
+                tracing::error!(error = %e, retry_in = ?delay, "{what} unavailable; retrying");
                 if sleep_or_shutdown(delay, shutdown).await {
                     return None;
                 }
@@ -550,28 +556,17 @@ pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken)
     }
 }
 
+/// Connect to PostgreSQL, retrying with backoff and a clear log line until it answers or
+/// shutdown fires (`None`).
+pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken) -> Option<PgPool> {
+    connect_with_retry("PostgreSQL", shutdown, || {
+        store::connect(&settings.database_url, 16)
+    })
+    .await
+}
+
 /// Connect the Redis sink, retrying with backoff and a clear log line until Redis answers or
 /// shutdown fires (`None`).
 pub async fn connect_redis(settings: &Settings, shutdown: &CancellationToken) -> Option<RedisSink> {
-    let mut failures = 0;
-    loop {
-        match RedisSink::connect(
-            &settings.redis_url,
-            &settings.redis_prefix,
-            settings.dedupe_ttl,
-            settings.dispatch_concurrency,
-        )
-        .await
-        {
-            Ok(sink) => return Some(sink),
-            Err(e) => {
-                failures += 1;
-                let delay = retry_delay(failures);
-                tracing::error!(error = %e, retry_in = ?delay, "Redis unavailable; retrying");
-                if sleep_or_shutdown(delay, shutdown).await {
-                    return None;
-                }
-            }
-        }
-    }
+    connect_with_retry("Redis", shutdown, || RedisSink::from_settings(settings)).await
 }

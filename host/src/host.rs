@@ -165,20 +165,12 @@ impl HostBuilder {
         {
             let queues_wanted = !live.routes.load().handlers.is_empty();
             if queues_wanted {
-                let receivers = loop {
-                    match Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
-                        .await
-                    {
-                        Ok(r) => break r,
-                        Err(e) => {
-                            tracing::error!(error = %e, "receivers cannot reach Redis; retrying");
-                            if dispatch::sleep_or_shutdown(Duration::from_secs(2), &shutdown).await
-                            {
-                                return Err(HostError::ShutdownDuringStart);
-                            }
-                        }
-                    }
-                };
+                let receivers =
+                    dispatch::connect_with_retry("Redis (receivers)", &shutdown, || {
+                        Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
+                    })
+                    .await
+                    .ok_or(HostError::ShutdownDuringStart)?;
                 let group = settings.worker_queue_group.as_deref();
                 let queues = receivers.queues_for_group(group);
                 if queues.is_empty() {

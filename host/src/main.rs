@@ -289,13 +289,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = std::sync::Arc::new(config.settings.clone());
             let pool = store::connect(&settings.database_url, 4).await?;
             store::migrate(&pool).await?;
-            let sink = outbox_host::sink::RedisSink::connect(
-                &settings.redis_url,
-                &settings.redis_prefix,
-                settings.dedupe_ttl,
-                settings.dispatch_concurrency,
-            )
-            .await?;
+            let sink = outbox_host::sink::RedisSink::from_settings(&settings).await?;
             let dispatcher = outbox_host::dispatch::Dispatcher::new(
                 pool,
                 sink,

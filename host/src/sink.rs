@@ -125,6 +125,18 @@ impl RedisSink {
         Ok(sink)
     }
 
+    /// [`connect`](Self::connect) with `REDIS_URL`, `OUTBOX_REDIS_PREFIX`, the dedupe TTL and
+    /// `OUTBOX_DISPATCH_CONCURRENCY` from `settings`.
+    pub async fn from_settings(settings: &crate::config::Settings) -> Result<Self, SinkError> {
+        Self::connect(
+            &settings.redis_url,
+            &settings.redis_prefix,
+            settings.dedupe_ttl,
+            settings.dispatch_concurrency,
+        )
+        .await
+    }
+
     /// The Redis key of a queue's stream.
     pub fn stream_key(&self, queue: &str) -> String {
         format!("{}{}", self.prefix, queue)
@@ -133,11 +145,6 @@ impl RedisSink {
     /// The Redis key of the dedupe marker for (event, queue).
     pub fn marker_key(&self, event_id: i64, queue: &str) -> String {
         format!("{}outbox:enqueued:{}:{}", self.prefix, queue, event_id)
-    }
-
-    /// A connection handle (cheap clone of the multiplexed connection).
-    pub fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
     }
 
     /// Check Redis answers.

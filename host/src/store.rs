@@ -103,6 +103,26 @@ pub struct ClaimedEvent {
     pub recovered_lease: bool,
 }
 
+impl ClaimedEvent {
+    /// An event as routers and handlers see it, outside any claim (offline plugin calls,
+    /// benches, tests): version 1, no tenant, empty headers, attempt 1, created now.
+    pub fn unclaimed(id: i64, event_type: impl Into<String>, payload: impl Into<String>) -> Self {
+        Self {
+            id,
+            tenant_id: None,
+            event_type: event_type.into(),
+            event_version: 1,
+            payload: payload.into(),
+            headers: "{}".into(),
+            dispatch_key: None,
+            ordering_key: None,
+            attempts: 1,
+            created_at: Utc::now(),
+            recovered_lease: false,
+        }
+    }
+}
+
 /// A batch of claimed events plus the lease token needed to record their outcomes.
 #[derive(Debug, Clone)]
 pub struct Claim {

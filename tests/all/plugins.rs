@@ -1,11 +1,9 @@
 //! Router plugins: same answers as the native table, sandboxed, limited, hot-reloaded.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_host::config::{RoutesFile, DEFAULT_ROUTES_TOML};
-use outbox_host::dispatch::Dispatcher;
 use outbox_host::host::start_plugins;
 use outbox_host::routing::{RouteDecision, Router};
 use outbox_host::store::ClaimedEvent;
@@ -16,19 +14,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 fn claimed(id: i64, event_type: &str) -> ClaimedEvent {
-    ClaimedEvent {
-        id,
-        tenant_id: None,
-        event_type: event_type.into(),
-        event_version: 1,
-        payload: "{}".into(),
-        headers: "{}".into(),
-        dispatch_key: None,
-        ordering_key: None,
-        attempts: 1,
-        created_at: chrono::Utc::now(),
-        recovered_lease: false,
-    }
+    ClaimedEvent::unclaimed(id, event_type, "{}")
 }
 
 /// The default table plus edge cases (a wildcard, a fan-out, a longer prefix under a shorter
@@ -123,13 +109,7 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
     );
     let config = fixture.config(&env.settings);
     let live = start_plugins(&config).await.unwrap();
-    let dispatcher = Dispatcher::new(
-        env.pool.clone(),
-        env.sink().await,
-        live.router.clone(),
-        Arc::new(config.settings.clone()),
-        "w1",
-    );
+    let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
     let ids = env
         .publish_all(vec![
             NewEvent::new("mail.welcome", json!({})),
@@ -217,13 +197,7 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
     let live = start_plugins(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let watcher = live.clone().watch(shutdown.clone()).unwrap();
-    let dispatcher = Dispatcher::new(
-        env.pool.clone(),
-        env.sink().await,
-        live.router.clone(),
-        Arc::new(config.settings.clone()),
-        "w1",
-    );
+    let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
     let run = tokio::spawn(dispatcher.run(shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await; // watcher armed
 
@@ -290,13 +264,7 @@ async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(po
     let live = start_plugins(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let watcher = live.clone().watch(shutdown.clone()).unwrap();
-    let dispatcher = Dispatcher::new(
-        env.pool.clone(),
-        env.sink().await,
-        live.router.clone(),
-        Arc::new(config.settings.clone()),
-        "w1",
-    );
+    let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
     let hash_before = live.registry.list()[0].hash.clone();
 
     fixture.replace("prefix-router.wasm", b"\0asm this is not a component");

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::dispatch::Dispatcher;
 use outbox_host::host::start_plugins;
 use outbox_host::plugin::reload::LiveConfig;
 use outbox_host::receive::{DeadLetters, HandledAs, QueueEntry, Receivers};
@@ -95,13 +94,9 @@ async fn start(
     let live = start_plugins(&config).await.unwrap();
     let settings = Arc::new(config.settings.clone());
     let shutdown = CancellationToken::new();
-    let dispatcher = Dispatcher::new(
-        env.pool.clone(),
-        env.sink().await,
-        live.router.clone(),
-        settings.clone(),
-        format!("{consumer}-dispatch"),
-    );
+    let dispatcher = env
+        .dispatcher_routed_by(&format!("{consumer}-dispatch"), live.router.clone())
+        .await;
     let mut tasks = vec![
         tokio::spawn(dispatcher.run(shutdown.clone())),
         live.clone().watch(shutdown.clone()).unwrap(),
@@ -236,12 +231,7 @@ async fn workflow_trigger_fans_out_to_exactly_n_executions_despite_redelivery(po
         .collect();
     ids.sort();
     assert_eq!(ids, ["audit", "crm-sync", "welcome"]);
-    let executions: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'",
-    )
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    let executions = env.count_type("workflow.execution.requested").await;
     assert_eq!(executions, 3);
     let (published, duplicates): (Vec<i64>, i32) =
         sqlx::query_as("SELECT published_ids, duplicates FROM outbox_receipt WHERE event_id = $1")
@@ -314,12 +304,7 @@ async fn receiver_killed_mid_handler_is_rerun_without_duplicate_children(pool: P
         3,
         "exactly N executions"
     );
-    let executions: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'",
-    )
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    let executions = env.count_type("workflow.execution.requested").await;
     assert_eq!(
         executions, 3,
         "the rerun reused the children's dispatch keys"
@@ -396,11 +381,7 @@ async fn ungranted_capability_is_denied_audited_and_writes_nothing(pool: PgPool)
         receipt.2, "ok",
         "greedy returns ok only when every call was denied: {receipt:?}"
     );
-    let charges: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE event_type = 'billing.charge'")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
+    let charges = env.count_type("billing.charge").await;
     assert_eq!(charges, 0, "nothing published");
     let mut conn = env.redis.clone();
     let kv: Vec<String> =
@@ -565,12 +546,7 @@ async fn two_receivers_never_both_run_a_handler_to_completion(pool: PgPool) {
         other.handle_entry("outbox.workflow", entry).await,
         HandledAs::Duplicate
     );
-    let children: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox_event WHERE event_type = 'workflow.execution.requested'",
-    )
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    let children = env.count_type("workflow.execution.requested").await;
     assert_eq!(children, 3);
     let _ = id;
     running.stop().await;

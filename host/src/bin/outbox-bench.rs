@@ -177,24 +177,18 @@ async fn plugins_section(
     );
     let sample: Vec<store::ClaimedEvent> = (0..1000)
         .map(|i| store::ClaimedEvent {
-            id: i,
             tenant_id: Some("t".into()),
-            event_type: [
-                "mail.welcome",
-                "tenant.subscription.created",
-                "audit.login",
-                "webhook.sent",
-                "search.index.doc",
-            ][i as usize % 5]
-                .into(),
-            event_version: 1,
-            payload: r#"{"user": 42, "text": "hello, welcome aboard"}"#.into(),
-            headers: "{}".into(),
-            dispatch_key: None,
-            ordering_key: None,
-            attempts: 1,
-            created_at: chrono::Utc::now(),
-            recovered_lease: false,
+            ..store::ClaimedEvent::unclaimed(
+                i,
+                [
+                    "mail.welcome",
+                    "tenant.subscription.created",
+                    "audit.login",
+                    "webhook.sent",
+                    "search.index.doc",
+                ][i as usize % 5],
+                r#"{"user": 42, "text": "hello, welcome aboard"}"#,
+            )
         })
         .collect();
     let per_event = |r: &dyn outbox_host::routing::Router| -> anyhow::Result<f64> {
@@ -320,13 +314,7 @@ async fn host_throughput(
     router: RouterHandle,
     events: i64,
 ) -> anyhow::Result<f64> {
-    let sink = RedisSink::connect(
-        &settings.redis_url,
-        &settings.redis_prefix,
-        settings.dedupe_ttl,
-        settings.dispatch_concurrency,
-    )
-    .await?;
+    let sink = RedisSink::from_settings(settings).await?;
     let dispatcher = Dispatcher::new(
         pool.clone(),
         sink,
@@ -357,13 +345,7 @@ async fn latency(
 ) -> anyhow::Result<(f64, f64, f64)> {
     let mut settings = settings.clone();
     settings.dispatch_batch_size = 100;
-    let sink = RedisSink::connect(
-        &settings.redis_url,
-        &settings.redis_prefix,
-        settings.dedupe_ttl,
-        settings.dispatch_concurrency,
-    )
-    .await?;
+    let sink = RedisSink::from_settings(&settings).await?;
     let dispatcher = Dispatcher::new(
         pool.clone(),
         sink,

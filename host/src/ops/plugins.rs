@@ -385,17 +385,15 @@ fn event_from_arg(arg: serde_json::Value, n: usize) -> anyhow::Result<store::Cla
         arg.event_type
     );
     Ok(store::ClaimedEvent {
-        id: arg.id.unwrap_or(n as i64),
         tenant_id: arg.tenant_id,
-        event_type: arg.event_type,
         event_version: arg.event_version.unwrap_or(1),
-        payload: payload.to_string(),
         headers: headers.to_string(),
         dispatch_key: arg.dispatch_key,
-        ordering_key: None,
-        attempts: 1,
-        created_at: chrono::Utc::now(),
-        recovered_lease: false,
+        ..store::ClaimedEvent::unclaimed(
+            arg.id.unwrap_or(n as i64),
+            arg.event_type,
+            payload.to_string(),
+        )
     })
 }
 

@@ -5,7 +5,7 @@
 //! failed load never replaces what is serving. Calls look a plugin up once and keep that version
 //! to the end, so a swap never changes a call in flight.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -124,12 +124,15 @@ impl PluginRegistry {
             .join(spec.file.clone().unwrap_or_else(|| format!("{name}.wasm")))
     }
 
-    /// Read and compile one file (CPU-heavy; runs on a blocking thread).
-    pub async fn compile_file(
+    /// Read `path` and compile it on a blocking thread, unless its content hash equals
+    /// `unchanged_from` (then `None`: the serving version is this file already). The file is
+    /// read once; the hash that decides is the one the new version carries.
+    async fn load_file(
         &self,
         name: &str,
         path: &Path,
-    ) -> Result<Arc<CompiledPlugin>, PluginError> {
+        unchanged_from: Option<&str>,
+    ) -> Result<Option<Arc<CompiledPlugin>>, PluginError> {
         let bytes = tokio::fs::read(path)
             .await
             .map_err(|source| PluginError::Read {
@@ -137,43 +140,72 @@ impl PluginRegistry {
                 path: path.to_path_buf(),
                 source,
             })?;
+        let hash = hex::encode(Sha256::digest(&bytes));
+        if unchanged_from == Some(hash.as_str()) {
+            return Ok(None);
+        }
         let engine = self.engine.clone();
         let owned_name = name.to_string();
         let path = path.to_path_buf();
-        tokio::task::spawn_blocking(move || compile_bytes(&engine, &owned_name, &bytes, &path))
-            .await
-            .map_err(|e| PluginError::Invalid {
-                plugin: name.to_string(),
-                message: format!("compilation panicked: {e}"),
-            })?
+        tokio::task::spawn_blocking(move || {
+            compile_hashed(&engine, &owned_name, &bytes, hash, &path)
+        })
+        .await
+        .map_err(|e| PluginError::Invalid {
+            plugin: name.to_string(),
+            message: format!("compilation panicked: {e}"),
+        })?
+        .map(Some)
     }
 
     /// Load every plugin `routes` declares and make that set serve, or change nothing and
-    /// return the first error. Unchanged files are not recompiled.
+    /// return the first error. Unchanged files are not recompiled; a plugin whose file changed
+    /// but no longer compiles keeps its serving version (the file watcher reports the file).
     pub async fn apply_config(&self, routes: &RoutesFile) -> Result<(), PluginError> {
+        self.apply(routes, false).await.map(|_| ())
+    }
+
+    /// Load what loads of `routes`' plugins (start-up: a missing or broken plugin must not stop
+    /// the rest). Returns the errors of the plugins left out.
+    pub async fn apply_config_lenient(&self, routes: &RoutesFile) -> Vec<PluginError> {
+        self.apply(routes, true).await.unwrap_or_else(|e| vec![e])
+    }
+
+    async fn apply(
+        &self,
+        routes: &RoutesFile,
+        lenient: bool,
+    ) -> Result<Vec<PluginError>, PluginError> {
         let current = self.plugins.load_full();
         let mut next = BTreeMap::new();
+        let mut errors = Vec::new();
+        // Plugins sharing one file share one compiled version.
+        let mut compiled_now: HashMap<PathBuf, Arc<CompiledPlugin>> = HashMap::new();
         for (name, spec) in &routes.plugins {
             let path = self.file_of(name, spec);
             let old = current.get(name);
-            let compiled = match old {
-                Some(old) if old.compiled.path == path => {
-                    if file_hash(&path).await.as_deref() == Some(&old.compiled.hash) {
-                        old.compiled.clone()
-                    } else {
-                        // The file changed too: take the new version if it is good, otherwise
-                        // keep serving the old one (the file watcher reports the bad file).
-                        match self.compile_file(name, &path).await {
-                            Ok(compiled) => compiled,
-                            Err(e) => {
-                                tracing::warn!("{e}; keeping the serving version of {name}");
-                                old.compiled.clone()
-                            }
+            let serving = old.filter(|o| o.compiled.path == path);
+            let compiled = match compiled_now.get(&path) {
+                Some(compiled) => compiled.clone(),
+                None => {
+                    let unchanged_from = serving.map(|o| o.compiled.hash.as_str());
+                    match (self.load_file(name, &path, unchanged_from).await, serving) {
+                        (Ok(Some(compiled)), _) => compiled,
+                        (Ok(None), Some(serving)) => serving.compiled.clone(),
+                        (Ok(None), None) => unreachable!("unchanged implies a serving version"),
+                        (Err(e), Some(serving)) => {
+                            tracing::warn!("{e}; keeping the serving version of {name}");
+                            serving.compiled.clone()
                         }
+                        (Err(e), None) if lenient => {
+                            errors.push(e);
+                            continue;
+                        }
+                        (Err(e), None) => return Err(e),
                     }
                 }
-                _ => self.compile_file(name, &path).await?,
             };
+            compiled_now.insert(path, compiled.clone());
             let plugin = LoadedPlugin {
                 name: Arc::from(name.as_str()),
                 limits: PluginLimits::from_spec(spec),
@@ -191,25 +223,7 @@ impl PluginRegistry {
             }
         }
         self.plugins.store(Arc::new(next));
-        Ok(())
-    }
-
-    /// Load what loads of `routes`' plugins (start-up: a missing or broken plugin must not stop
-    /// the rest). Returns the errors of the plugins left out.
-    pub async fn apply_config_lenient(&self, routes: &RoutesFile) -> Vec<PluginError> {
-        let mut errors = Vec::new();
-        let mut usable = routes.clone();
-        for (name, spec) in &routes.plugins {
-            let path = self.file_of(name, spec);
-            if let Err(e) = self.compile_file(name, &path).await {
-                usable.plugins.remove(name);
-                errors.push(e);
-            }
-        }
-        if let Err(e) = self.apply_config(&usable).await {
-            errors.push(e);
-        }
-        errors
+        Ok(errors)
     }
 
     /// Recompile the plugins whose file is `path` and swap them in; on failure the old version
@@ -224,10 +238,12 @@ impl PluginRegistry {
         let Some(first) = users.first() else {
             return Ok(vec![]);
         };
-        if file_hash(path).await.as_deref() == Some(&first.compiled.hash) {
+        let Some(compiled) = self
+            .load_file(&first.name, path, Some(&first.compiled.hash))
+            .await?
+        else {
             return Ok(vec![]);
-        }
-        let compiled = self.compile_file(&first.name, path).await?;
+        };
         let mut next = (*self.plugins.load_full()).clone();
         let mut names = Vec::new();
         for user in users {
@@ -290,10 +306,26 @@ pub fn compile_bytes(
     bytes: &[u8],
     path: &Path,
 ) -> Result<Arc<CompiledPlugin>, PluginError> {
+    compile_hashed(
+        engine,
+        name,
+        bytes,
+        hex::encode(Sha256::digest(bytes)),
+        path,
+    )
+}
+
+fn compile_hashed(
+    engine: &PluginEngine,
+    name: &str,
+    bytes: &[u8],
+    hash: String,
+    path: &Path,
+) -> Result<Arc<CompiledPlugin>, PluginError> {
     let prepared = engine.prepare(name, bytes)?;
     Ok(Arc::new(CompiledPlugin {
         prepared,
-        hash: hex::encode(Sha256::digest(bytes)),
+        hash,
         loaded_at: Utc::now(),
         path: path.to_path_buf(),
     }))
@@ -329,11 +361,6 @@ pub fn plugin_config_json(
     }
     let _ = name;
     config.to_string()
-}
-
-async fn file_hash(path: &Path) -> Option<String> {
-    let bytes = tokio::fs::read(path).await.ok()?;
-    Some(hex::encode(Sha256::digest(&bytes)))
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

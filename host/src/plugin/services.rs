@@ -180,30 +180,27 @@ impl CapabilityPolicy {
                 &routes.policy.plugin
             }
         };
-        if policy_name == DENY_ALL {
-            return if capability == "log" {
+        // Without a working policy plugin every call but `log` is refused (fail closed).
+        let fail_closed = |why: String| {
+            if capability == "log" {
                 Ok(())
             } else {
-                Err(format!(
-                    "plugin '{plugin}' may not use {capability}: [policy] plugin = \"deny-all\" refuses every capability but log"
-                ))
-            };
+                Err(format!("plugin '{plugin}' may not use {capability}: {why}"))
+            }
+        };
+        if policy_name == DENY_ALL {
+            return fail_closed(
+                "[policy] plugin = \"deny-all\" refuses every capability but log".to_string(),
+            );
         }
         let Some(policy) = self.registry.get(policy_name) else {
-            return if capability == "log" {
-                Ok(())
-            } else {
-                Err(format!(
-                    "plugin '{plugin}' may not use {capability}: the capability policy plugin '{policy_name}' is not loaded, so every call is denied (fail closed)"
-                ))
-            };
+            return fail_closed(format!(
+                "the capability policy plugin '{policy_name}' is not loaded, so every call is denied (fail closed)"
+            ));
         };
         let Prepared::Policy(pre) = &policy.compiled.prepared else {
-            if capability == "log" {
-                return Ok(());
-            }
-            return Err(format!(
-                "plugin '{plugin}' may not use {capability}: [policy] plugin '{policy_name}' is a {} plugin, not a policy (fail closed)",
+            return fail_closed(format!(
+                "[policy] plugin '{policy_name}' is a {} plugin, not a policy (fail closed)",
                 policy.world()
             ));
         };
@@ -355,8 +352,6 @@ impl ReceiverServices {
     /// Services for `plugin` while it handles `parent` as handler `handler` (the name that goes
     /// into children's dispatch keys and `causation_handler`).
     ///
-    /// - `registry`: where `plugin` was loaded from (the policy keeps its own handle; accepted
-    ///   so every dependency of a delivery is named in one place);
     /// - `redis`, `key_prefix`: the kv store and the host's Redis key prefix;
     /// - `http`: the outbound client; build it with [`http_client`], which does not follow
     ///   redirects (a followed redirect would reach a host the policy never saw);
@@ -369,7 +364,6 @@ impl ReceiverServices {
     /// Outside a tokio runtime (it captures `Handle::current()`).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        registry: Arc<PluginRegistry>,
         plugin: Arc<LoadedPlugin>,
         policy: Arc<CapabilityPolicy>,
         pool: PgPool,
@@ -381,7 +375,6 @@ impl ReceiverServices {
         max_payload_bytes: usize,
         publish_denials: bool,
     ) -> Self {
-        drop(registry);
         Self {
             handle: tokio::runtime::Handle::current(),
             grants: grants_json(&plugin),
@@ -404,14 +397,6 @@ impl ReceiverServices {
     /// shared: it stays readable after `self` moves into the wasm store.
     pub fn published_ids_handle(&self) -> Arc<Mutex<Vec<i64>>> {
         self.published.clone()
-    }
-
-    /// The ids published so far.
-    pub fn published_ids(&self) -> Vec<i64> {
-        self.published
-            .lock()
-            .map(|ids| ids.clone())
-            .unwrap_or_default()
     }
 
     /// Run the policy; on a denial write the audit event (if configured) and return `Denied`.

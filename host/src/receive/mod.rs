@@ -293,17 +293,8 @@ impl Receivers {
         let key = self.key(&queue);
         let mut failures = 0u32;
         loop {
-            let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(&key)
-                .arg(CONSUMER_GROUP)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async(&mut self.conn.clone())
-                .await;
-            match created {
+            match self.ensure_group(&key).await {
                 Ok(()) => break,
-                Err(e) if e.code() == Some("BUSYGROUP") => break,
                 Err(e) => {
                     failures += 1;
                     let delay = crate::dispatch::retry_delay(failures);
@@ -377,14 +368,8 @@ impl Receivers {
                     failures += 1;
                     reader = None;
                     if e.code() == Some("NOGROUP") {
-                        let _: redis::RedisResult<()> = redis::cmd("XGROUP")
-                            .arg("CREATE")
-                            .arg(&key)
-                            .arg(CONSUMER_GROUP)
-                            .arg("0")
-                            .arg("MKSTREAM")
-                            .query_async(&mut self.conn.clone())
-                            .await;
+                        // The stream was deleted under us: recreate it and the group.
+                        let _ = self.ensure_group(&key).await;
                     }
                     tracing::error!(%queue, error = %e, "reading the queue failed; retrying");
                     if crate::dispatch::sleep_or_shutdown(
@@ -405,6 +390,23 @@ impl Receivers {
         })
         .await;
         tracing::info!(%queue, "receiver stopped");
+    }
+
+    /// Create the consumer group (and the stream) unless it exists. A new group starts at the
+    /// beginning of the stream, so entries enqueued before any receiver ran are consumed too.
+    async fn ensure_group(&self, key: &str) -> redis::RedisResult<()> {
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(key)
+            .arg(CONSUMER_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match created {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
     }
 
     async fn housekeeping(
@@ -523,8 +525,15 @@ impl Receivers {
         }
 
         let started = Instant::now();
-        let (outcome, published, (receipt_event, receipt_handler)) =
-            self.run_handler(queue, &handler, &entry, attempt).await;
+        let (outcome, published, (receipt_event, receipt_handler)) = self
+            .run_handler(
+                queue,
+                &handler,
+                &entry,
+                attempt,
+                routes.policy.publish_denials,
+            )
+            .await;
         let duration = started.elapsed();
         let handled = match outcome {
             Ok(()) => {
@@ -643,6 +652,7 @@ impl Receivers {
         handler: &str,
         entry: &QueueEntry,
         attempt: u32,
+        publish_denials: bool,
     ) -> (Result<(), HandlerFailure>, Vec<i64>, (i64, String)) {
         let mut receipt = (entry.event_id().unwrap_or(0), handler.to_string());
         let mut event = match entry.to_wit_event() {
@@ -686,9 +696,7 @@ impl Receivers {
                 receipt,
             );
         };
-        let routes = self.live.routes.load_full();
         let services = ReceiverServices::new(
-            self.live.registry.clone(),
             plugin.clone(),
             self.policy.clone(),
             self.pool.clone(),
@@ -698,7 +706,7 @@ impl Receivers {
             event.clone(),
             handler.to_string(),
             self.settings.max_payload_bytes,
-            routes.policy.publish_denials,
+            publish_denials,
         );
         let published = services.published_ids_handle();
         let delivery = Delivery {
