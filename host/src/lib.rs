@@ -4,7 +4,8 @@
 //! own transaction) → [`store`] (claim with a lease) → [`dispatch`] (the claim loop) →
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
-//! runtime behind routing, handlers and capability checks) → [`ops`] (operators).
+//! runtime behind routing, handlers and capability checks) → [`capability`] (what a handler may
+//! ask of the host: policy, publish, kv, http, request signing) → [`ops`] (operators).
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
 //!
@@ -21,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod capability;
 pub mod config;
 pub mod dispatch;
 pub mod host;

@@ -557,7 +557,7 @@ async fn two_receivers_never_both_run_a_handler_to_completion(pool: PgPool) {
 async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
     use axum::body::Bytes;
     use axum::http::{HeaderMap, StatusCode};
-    use outbox_host::plugin::services::{verify_signature, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+    use outbox_host::capability::signing::{verify_signature, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
     let mut env = TestEnv::new(pool).await;
     test_env_settings(&mut env);

@@ -32,4 +32,8 @@ pub mod policy_world {
     });
 }
 
-pub use router_world::outbox::plugin::types::{Event as WitEvent, HostError};
+/// The WIT `event` record every world shares.
+pub use router_world::outbox::plugin::types::Event as WitEvent;
+/// The WIT `host-error` a host call returns to a plugin (`denied` by the capability policy, or
+/// `failed`). Distinct from [`crate::HostError`], which is a failure of the host process itself.
+pub use router_world::outbox::plugin::types::HostError as HostCallError;

@@ -17,7 +17,7 @@ use wasmtime::{
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{handler_world, policy_world, router_world, HostError};
+use super::bindings::{handler_world, policy_world, router_world, HostCallError};
 use super::{PluginError, WIT_VERSION};
 
 /// Which world a plugin implements (found from its exports).
@@ -100,30 +100,30 @@ impl PluginLimits {
 pub const MAX_MEMORY_MB: u64 = 512;
 
 /// Host services a handler plugin may call (`publish`, `kv`, `http`), provided by the receiver
-/// for the delivery being handled. Every call has already passed the capability policy when it
-/// reaches these methods' callers in the receiver.
+/// for the delivery being handled (its implementation, in [`crate::capability`], checks every
+/// call with the capability policy before doing anything).
 pub trait HandlerServices: Send {
     /// `publish.send`.
     fn publish(
         &mut self,
         event: handler_world::outbox::plugin::publish::NewEvent,
-    ) -> Result<i64, HostError>;
+    ) -> Result<i64, HostCallError>;
     /// `kv.get`.
-    fn kv_get(&mut self, key: String) -> Result<Option<String>, HostError>;
+    fn kv_get(&mut self, key: String) -> Result<Option<String>, HostCallError>;
     /// `kv.set`.
     fn kv_set(
         &mut self,
         key: String,
         value: String,
         ttl_seconds: Option<u32>,
-    ) -> Result<(), HostError>;
+    ) -> Result<(), HostCallError>;
     /// `kv.delete`.
-    fn kv_delete(&mut self, key: String) -> Result<bool, HostError>;
+    fn kv_delete(&mut self, key: String) -> Result<bool, HostCallError>;
     /// `http.send`.
     fn http_send(
         &mut self,
         request: handler_world::outbox::plugin::http::Request,
-    ) -> Result<handler_world::outbox::plugin::http::Response, HostError>;
+    ) -> Result<handler_world::outbox::plugin::http::Response, HostCallError>;
 }
 
 /// The store data of one call.
@@ -162,8 +162,8 @@ impl router_world::outbox::plugin::log::Host for HostState {
     }
 }
 
-fn unavailable(what: &str) -> HostError {
-    HostError::Denied(format!(
+fn unavailable(what: &str) -> HostCallError {
+    HostCallError::Denied(format!(
         "{what} is not available outside a receiver (offline call)"
     ))
 }
@@ -172,7 +172,7 @@ impl handler_world::outbox::plugin::publish::Host for HostState {
     fn send(
         &mut self,
         event: handler_world::outbox::plugin::publish::NewEvent,
-    ) -> Result<i64, HostError> {
+    ) -> Result<i64, HostCallError> {
         match &mut self.services {
             Some(s) => s.publish(event),
             None => Err(unavailable("publish")),
@@ -181,7 +181,7 @@ impl handler_world::outbox::plugin::publish::Host for HostState {
 }
 
 impl handler_world::outbox::plugin::kv::Host for HostState {
-    fn get(&mut self, key: String) -> Result<Option<String>, HostError> {
+    fn get(&mut self, key: String) -> Result<Option<String>, HostCallError> {
         match &mut self.services {
             Some(s) => s.kv_get(key),
             None => Err(unavailable("kv")),
@@ -192,13 +192,13 @@ impl handler_world::outbox::plugin::kv::Host for HostState {
         key: String,
         value: String,
         ttl_seconds: Option<u32>,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), HostCallError> {
         match &mut self.services {
             Some(s) => s.kv_set(key, value, ttl_seconds),
             None => Err(unavailable("kv")),
         }
     }
-    fn delete(&mut self, key: String) -> Result<bool, HostError> {
+    fn delete(&mut self, key: String) -> Result<bool, HostCallError> {
         match &mut self.services {
             Some(s) => s.kv_delete(key),
             None => Err(unavailable("kv")),
@@ -210,7 +210,7 @@ impl handler_world::outbox::plugin::http::Host for HostState {
     fn send(
         &mut self,
         request: handler_world::outbox::plugin::http::Request,
-    ) -> Result<handler_world::outbox::plugin::http::Response, HostError> {
+    ) -> Result<handler_world::outbox::plugin::http::Response, HostCallError> {
         match &mut self.services {
             Some(s) => s.http_send(request),
             None => Err(unavailable("http")),
@@ -392,7 +392,9 @@ impl PluginEngine {
         Ok(store)
     }
 
-    /// Run one call of a router plugin.
+    /// Run one call of a router plugin. Low level: callers with a loaded plugin use
+    /// [`LoadedPlugin::call_router`](super::LoadedPlugin::call_router), which also checks the
+    /// world and counts the call.
     pub fn call_router(
         &self,
         plugin: &Arc<str>,
@@ -410,7 +412,8 @@ impl PluginEngine {
         })
     }
 
-    /// Run one call of a handler plugin with the receiver's services.
+    /// Run one call of a handler plugin with the receiver's services. Low level: callers with a
+    /// loaded plugin use [`LoadedPlugin::call_handler`](super::LoadedPlugin::call_handler).
     pub fn call_handler(
         &self,
         plugin: &Arc<str>,
@@ -428,7 +431,8 @@ impl PluginEngine {
         })
     }
 
-    /// Run one call of a policy plugin.
+    /// Run one call of a policy plugin. Low level: callers with a loaded plugin use
+    /// [`LoadedPlugin::call_policy`](super::LoadedPlugin::call_policy).
     pub fn call_policy(
         &self,
         plugin: &Arc<str>,

@@ -1,11 +1,13 @@
 //! Plugin: the sandboxed WebAssembly runtime for routers, handlers and capability policies.
 //!
 //! Owns the one wasmtime [`PluginEngine`] (component model, pooling allocator, fuel and epoch
-//! deadlines), the [`PluginRegistry`] of compiled plugins and their hot reload, and the
-//! [`PluginRouter`] that routes through a router plugin. A plugin call never blocks the async
-//! executor (callers run it on a blocking thread), never outlives its limits, and a plugin that
-//! traps, loops or eats memory fails only its own call: the error comes back as text for the
-//! event's `last_error`.
+//! deadlines), the [`PluginRegistry`] of compiled plugins and their hot reload, the one way to
+//! call a plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
+//! [`LoadedPlugin::call_policy`]), and the [`PluginRouter`] that routes through a router plugin.
+//! The host services a handler may call live in [`crate::capability`]. A plugin call never
+//! blocks the async executor (callers run it on a blocking thread), never outlives its limits,
+//! and a plugin that traps, loops or eats memory fails only its own call: the error comes back
+//! as text for the event's `last_error`.
 
 /// The WIT types generated from `plugin-sdk/wit` (events, deliveries, outcomes, decisions),
 /// public so operator tools such as `outbox plugins call` can build inputs and read answers.
@@ -14,12 +16,13 @@ pub mod engine;
 pub mod registry;
 pub mod reload;
 pub mod router;
-pub mod services;
 
+/// The capability policy moved to [`crate::capability`]; kept here for callers not yet
+/// switched.
+pub use crate::capability::CapabilityPolicy;
 pub use engine::{PluginEngine, PluginLimits, World};
 pub use registry::{LoadedPlugin, PluginInfo, PluginRegistry};
 pub use router::PluginRouter;
-pub use services::{CapabilityPolicy, ParentEvent, ReceiverServices};
 
 /// The WIT package version the host implements (`outbox:plugin@0.1.0`).
 pub const WIT_VERSION: &str = "0.1.0";
@@ -52,6 +55,17 @@ pub enum PluginError {
         plugin: String,
         /// What happened, readable by an operator.
         message: String,
+    },
+    /// The plugin implements another world than the call needs (a handler named as a router,
+    /// say).
+    #[error("plugin {plugin} is a {found} plugin, not a {expected}")]
+    WrongWorld {
+        /// Plugin name.
+        plugin: String,
+        /// The world the call needs.
+        expected: World,
+        /// The world the plugin implements.
+        found: World,
     },
     /// No plugin of that name is loaded.
     #[error("plugin {0} is not loaded (declare it under [plugins] in routes.toml and put its .wasm in the plugin directory)")]

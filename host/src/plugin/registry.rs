@@ -1,9 +1,12 @@
 //! The registry of loaded plugins: which version of each plugin serves now.
 //!
 //! Owns loading (read, hash, compile on a blocking thread, check the world), the atomic swap of a
-//! plugin's serving version, per-plugin call/error counters and the listing operators see. A
-//! failed load never replaces what is serving. Calls look a plugin up once and keep that version
-//! to the end, so a swap never changes a call in flight.
+//! plugin's serving version, per-plugin call/error counters, the listing operators see, and the
+//! one way to call a loaded plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
+//! [`LoadedPlugin::call_policy`]: world check, limits, config, counters). A failed load never
+//! replaces what is serving. Calls look a plugin up once and keep that version to the end, so a
+//! swap never changes a call in flight. It never decides what a plugin may do (that is the
+//! capability policy's job) and never runs a call on the async executor.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -14,7 +17,13 @@ use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use super::engine::{PluginEngine, PluginLimits, Prepared, World};
+use super::bindings::handler_world::exports::outbox::plugin::handler_api::{Delivery, Outcome};
+use super::bindings::policy_world::exports::outbox::plugin::policy_api::{
+    CapabilityRequest, Decision,
+};
+use super::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitRouteDecision;
+use super::bindings::WitEvent;
+use super::engine::{HandlerServices, PluginEngine, PluginLimits, Prepared, World};
 use super::PluginError;
 use crate::config::{PluginSpec, RoutesFile};
 
@@ -46,6 +55,8 @@ pub struct LoadedPlugin {
     pub calls: Arc<AtomicU64>,
     /// Failed calls since this plugin name was first loaded.
     pub errors: Arc<AtomicU64>,
+    /// The engine that compiled it and runs its calls.
+    engine: PluginEngine,
 }
 
 impl LoadedPlugin {
@@ -64,6 +75,82 @@ impl LoadedPlugin {
         }
         metrics::counter!("outbox_plugin_calls_total", "plugin" => self.name.to_string())
             .increment(1);
+    }
+
+    /// Route `events` with this router plugin: one instantiation, one call for the batch, with
+    /// the plugin's limits and config; counted in its calls/errors. An answer that does not
+    /// hold exactly one decision per event (in order) is a failed call.
+    /// [`PluginError::WrongWorld`] (not counted as a call) when this is not a router.
+    /// Runs WebAssembly: call it from a blocking thread.
+    pub fn call_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
+        let Prepared::Router(pre) = &self.compiled.prepared else {
+            return Err(self.wrong_world(World::Router));
+        };
+        let answer = self
+            .engine
+            .call_router(&self.name, pre, &self.limits, &self.config_json, events)
+            .and_then(|answer| {
+                if answer.len() == events.len() {
+                    Ok(answer)
+                } else {
+                    Err(PluginError::Call {
+                        plugin: self.name.to_string(),
+                        message: format!(
+                            "returned {} routes for {} events",
+                            answer.len(),
+                            events.len()
+                        ),
+                    })
+                }
+            });
+        self.record_call(answer.is_ok());
+        answer
+    }
+
+    /// Handle one delivery with this handler plugin, its host calls served by `services`
+    /// (`None`: offline, every host call answers "not available"), with the plugin's limits and
+    /// config; counted in its calls/errors. [`PluginError::WrongWorld`] (not counted as a call)
+    /// when this is not a handler. Runs WebAssembly: call it from a blocking thread.
+    pub fn call_handler(
+        &self,
+        services: Option<Box<dyn HandlerServices>>,
+        delivery: &Delivery,
+    ) -> Result<Outcome, PluginError> {
+        let Prepared::Handler(pre) = &self.compiled.prepared else {
+            return Err(self.wrong_world(World::Handler));
+        };
+        let outcome = self.engine.call_handler(
+            &self.name,
+            pre,
+            &self.limits,
+            services,
+            &self.config_json,
+            delivery,
+        );
+        self.record_call(outcome.is_ok());
+        outcome
+    }
+
+    /// Ask this policy plugin about one capability request, with the plugin's limits and
+    /// config; counted in its calls/errors. [`PluginError::WrongWorld`] (not counted as a call)
+    /// when this is not a policy. Runs WebAssembly: call it from a blocking thread.
+    pub fn call_policy(&self, request: &CapabilityRequest) -> Result<Decision, PluginError> {
+        let Prepared::Policy(pre) = &self.compiled.prepared else {
+            return Err(self.wrong_world(World::Policy));
+        };
+        let decision =
+            self.engine
+                .call_policy(&self.name, pre, &self.limits, &self.config_json, request);
+        self.record_call(decision.is_ok());
+        decision
+    }
+
+    fn wrong_world(&self, expected: World) -> PluginError {
+        PluginError::WrongWorld {
+            plugin: self.name.to_string(),
+            expected,
+            found: self.world(),
+        }
     }
 }
 
@@ -214,6 +301,7 @@ impl PluginRegistry {
                 calls: old.map(|o| o.calls.clone()).unwrap_or_default(),
                 errors: old.map(|o| o.errors.clone()).unwrap_or_default(),
                 compiled,
+                engine: self.engine.clone(),
             };
             next.insert(name.clone(), Arc::new(plugin));
         }
@@ -267,6 +355,7 @@ impl PluginRegistry {
                     spec: user.spec.clone(),
                     calls: user.calls.clone(),
                     errors: user.errors.clone(),
+                    engine: self.engine.clone(),
                 }),
             );
             names.push(user.name.to_string());

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use super::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitDecision;
 use super::bindings::WitEvent;
-use super::engine::Prepared;
 use super::{PluginError, PluginRegistry};
 use crate::config::RoutesFile;
 use crate::routing::{RouteDecision, RouteTable, Router, RouterError};
@@ -73,39 +72,8 @@ impl PluginRouter {
             .registry
             .get(plugin_name)
             .ok_or_else(|| PluginError::NotLoaded(plugin_name.to_string()))?;
-        let Prepared::Router(pre) = &plugin.compiled.prepared else {
-            return Err(PluginError::Invalid {
-                plugin: plugin_name.to_string(),
-                message: format!("is a {} plugin, not a router", plugin.world()),
-            });
-        };
         let wit_events: Vec<WitEvent> = events.iter().map(|e| to_wit_event(e)).collect();
-        let result = self.registry.engine().call_router(
-            &plugin.name,
-            pre,
-            &plugin.limits,
-            &plugin.config_json,
-            &wit_events,
-        );
-        let answer = match result {
-            Ok(answer) if answer.len() == events.len() => answer,
-            Ok(answer) => {
-                plugin.record_call(false);
-                return Err(PluginError::Call {
-                    plugin: plugin_name.to_string(),
-                    message: format!(
-                        "returned {} routes for {} events",
-                        answer.len(),
-                        events.len()
-                    ),
-                });
-            }
-            Err(e) => {
-                plugin.record_call(false);
-                return Err(e);
-            }
-        };
-        plugin.record_call(true);
+        let answer = plugin.call_router(&wit_events)?;
         Ok(answer
             .into_iter()
             .map(|d| match d {

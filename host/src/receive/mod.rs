@@ -20,14 +20,15 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::capability::http::http_client;
+use crate::capability::{CapabilityPolicy, HandlerHost};
 use crate::config::Settings;
 use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
     Delivery, Outcome,
 };
 use crate::plugin::bindings::WitEvent;
-use crate::plugin::engine::Prepared;
 use crate::plugin::reload::LiveConfig;
-use crate::plugin::services::{CapabilityPolicy, ReceiverServices};
+use crate::plugin::PluginError;
 
 mod dead_letter;
 mod receipts;
@@ -199,14 +200,12 @@ pub enum HandledAs {
 /// Everything the receivers of one process share.
 #[derive(Clone)]
 pub struct Receivers {
-    pool: PgPool,
     redis_client: redis::Client,
     conn: ConnectionManager,
     live: LiveConfig,
     settings: Arc<Settings>,
     consumer: String,
-    policy: Arc<CapabilityPolicy>,
-    http: reqwest::Client,
+    handler_host: Arc<HandlerHost>,
     finish: Arc<redis::Script>,
     retry: Arc<redis::Script>,
     dead: Arc<redis::Script>,
@@ -232,18 +231,25 @@ impl Receivers {
             live.registry.clone(),
             live.routes.clone(),
         ));
+        let http = http_client().map_err(|e| ReceiveError {
+            context: format!("build the HTTP client: {e}"),
+            source: redis::RedisError::from((redis::ErrorKind::ClientError, "http client")),
+        })?;
+        let handler_host = Arc::new(HandlerHost::new(
+            policy,
+            pool.clone(),
+            conn.clone(),
+            settings.redis_prefix.clone(),
+            http,
+            settings.max_payload_bytes,
+        ));
         Ok(Self {
-            pool: pool.clone(),
             redis_client,
             conn,
-            policy,
+            handler_host,
             live,
             settings,
             consumer: consumer.into(),
-            http: crate::plugin::services::http_client().map_err(|e| ReceiveError {
-                context: format!("build the HTTP client: {e}"),
-                source: redis::RedisError::from((redis::ErrorKind::ClientError, "http client")),
-            })?,
             finish: Arc::new(redis::Script::new(FINISH_LUA)),
             retry: Arc::new(redis::Script::new(RETRY_LUA)),
             dead: Arc::new(redis::Script::new(DEAD_LUA)),
@@ -686,47 +692,19 @@ impl Receivers {
                 receipt,
             );
         };
-        let Prepared::Handler(pre) = plugin.compiled.prepared.clone() else {
-            return (
-                Err(HandlerFailure::Fail(format!(
-                    "plugin {plugin_name} is a {} plugin, not a handler",
-                    plugin.world()
-                ))),
-                vec![],
-                receipt,
-            );
-        };
-        let services = ReceiverServices::new(
-            plugin.clone(),
-            self.policy.clone(),
-            self.pool.clone(),
-            self.conn.clone(),
-            self.settings.redis_prefix.clone(),
-            self.http.clone(),
-            event.clone(),
-            handler.to_string(),
-            self.settings.max_payload_bytes,
-            publish_denials,
-        );
+        // `[policy] publish_denials` in force is read per delivery by the shared handler host.
+        let _ = publish_denials;
+        let services = self
+            .handler_host
+            .services(plugin.clone(), event.clone(), handler);
         let published = services.published_ids_handle();
         let delivery = Delivery {
             event,
             queue: queue.to_string(),
             attempt,
         };
-        let engine = self.live.registry.engine().clone();
         let joined = tokio::task::spawn_blocking(move || {
-            engine
-                .call_handler(
-                    &plugin.name,
-                    &pre,
-                    &plugin.limits,
-                    Some(Box::new(services)),
-                    &plugin.config_json,
-                    &delivery,
-                )
-                .inspect(|_| plugin.record_call(true))
-                .inspect_err(|_| plugin.record_call(false))
+            plugin.call_handler(Some(Box::new(services)), &delivery)
         })
         .await;
         let published = published.lock().map(|p| p.clone()).unwrap_or_default();
@@ -734,6 +712,7 @@ impl Receivers {
             Ok(Ok(Outcome::Ok)) => Ok(()),
             Ok(Ok(Outcome::Retry(reason))) => Err(HandlerFailure::Retry(reason)),
             Ok(Ok(Outcome::Fail(reason))) => Err(HandlerFailure::Fail(reason)),
+            Ok(Err(e @ PluginError::WrongWorld { .. })) => Err(HandlerFailure::Fail(e.to_string())),
             Ok(Err(e)) => Err(HandlerFailure::Retry(e.to_string())),
             Err(e) => Err(HandlerFailure::Retry(format!("handler task failed: {e}"))),
         };

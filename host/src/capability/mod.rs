@@ -1,0 +1,227 @@
+//! Capabilities: what a handler plugin may ask of the host while it handles one delivery, each
+//! capability in a module of its own.
+//!
+//! Owns:
+//! - [`policy`]: the [`CapabilityPolicy`] (asks the policy plugin whether one host call may
+//!   happen, fails closed, caches decisions, records every decision and denial);
+//! - [`publish`], [`kv`], [`http`]: one host service each, with its grant check (the policy
+//!   target it asks about), its limits (the `MAX_*` constants) and its implementation;
+//! - [`signing`]: the signature scheme of outbound HTTP;
+//! - the per-process `HandlerHost` (what every delivery shares: policy, database pool, Redis,
+//!   key prefix, HTTP client, payload limit) and the per-delivery `ReceiverServices`, the
+//!   receiver's implementation of [`HandlerServices`], a thin dispatcher to the modules above.
+//!
+//! Never:
+//! - performs a host call (database write, Redis command, network request) before the policy
+//!   allowed it; on a denial the only thing written is the `plugin.capability-use.denied` audit
+//!   event (when `[policy] publish_denials` is on);
+//! - lets a plugin reach outside its own key namespace, or pick its children's dispatch keys;
+//! - shows a signing secret to a plugin or writes it to a log;
+//! - blocks the async executor: the services run on the blocking thread of a wasm call and wait
+//!   on async work through a runtime handle, each with a deadline.
+
+use std::sync::{Arc, Mutex};
+
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+use crate::plugin::bindings::handler_world::outbox::plugin::{
+    http as wit_http, publish as wit_publish,
+};
+use crate::plugin::bindings::HostCallError;
+use crate::plugin::engine::HandlerServices;
+use crate::plugin::LoadedPlugin;
+
+pub mod http;
+pub mod kv;
+pub mod policy;
+pub mod publish;
+pub mod signing;
+
+pub use policy::{CapabilityPolicy, DENIED_EVENT_TYPE, DENY_ALL};
+use publish::ParentEvent;
+
+/// What every delivery of one receiver process shares: built once (by `Receivers::new`), then
+/// [`services`](Self::services) makes the host services of each delivery.
+pub(crate) struct HandlerHost {
+    policy: Arc<CapabilityPolicy>,
+    pool: PgPool,
+    redis: ConnectionManager,
+    key_prefix: String,
+    http: reqwest::Client,
+    max_payload_bytes: usize,
+}
+
+impl HandlerHost {
+    /// The shared part of the host services.
+    ///
+    /// - `policy`: decides every host call; it also says whether a denial is written as a
+    ///   `plugin.capability-use.denied` event (`[policy] publish_denials`, read per delivery);
+    /// - `redis`, `key_prefix`: the kv store and the host's Redis key prefix;
+    /// - `http`: the outbound client; build it with [`http::http_client`], which does not follow
+    ///   redirects (a followed redirect would reach a host the policy never saw);
+    /// - `max_payload_bytes`: payload limit of children (`OUTBOX_MAX_PAYLOAD_BYTES`).
+    pub(crate) fn new(
+        policy: Arc<CapabilityPolicy>,
+        pool: PgPool,
+        redis: ConnectionManager,
+        key_prefix: impl Into<String>,
+        http: reqwest::Client,
+        max_payload_bytes: usize,
+    ) -> Self {
+        Self {
+            policy,
+            pool,
+            redis,
+            key_prefix: key_prefix.into(),
+            http,
+            max_payload_bytes,
+        }
+    }
+
+    /// The services of one delivery: `plugin` handling `parent` as handler `handler` (the name
+    /// that goes into children's dispatch keys and `causation_handler`). Build it on the async
+    /// side (it captures the current tokio runtime), keep
+    /// [`published_ids_handle`](ReceiverServices::published_ids_handle), then hand it to
+    /// [`LoadedPlugin::call_handler`] (which runs on a blocking thread).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (it captures `Handle::current()`).
+    pub(crate) fn services(
+        self: &Arc<Self>,
+        plugin: Arc<LoadedPlugin>,
+        parent: impl Into<ParentEvent>,
+        handler: impl Into<String>,
+    ) -> ReceiverServices {
+        ReceiverServices {
+            scope: DeliveryScope {
+                handle: tokio::runtime::Handle::current(),
+                grants: policy::grants_json(&plugin),
+                publish_denials: self.policy.publish_denials(),
+                host: self.clone(),
+                plugin,
+                parent: parent.into(),
+                handler: handler.into(),
+            },
+            children: publish::Children::default(),
+        }
+    }
+}
+
+/// What one delivery's host calls know: the shared host, the calling plugin, the event being
+/// handled and the handler's name. Every capability module takes it and starts with
+/// [`authorize`](Self::authorize).
+pub(crate) struct DeliveryScope {
+    handle: tokio::runtime::Handle,
+    host: Arc<HandlerHost>,
+    plugin: Arc<LoadedPlugin>,
+    parent: ParentEvent,
+    handler: String,
+    grants: String,
+    publish_denials: bool,
+}
+
+impl DeliveryScope {
+    /// Run the policy; on a denial write the audit event (if configured) and return `Denied`.
+    fn authorize(&self, capability: &str, target: &str) -> Result<(), HostCallError> {
+        let grants = &self.grants;
+        let Err(reason) = self.host.policy.check_with_grants(
+            &self.plugin.name,
+            || grants.clone(),
+            capability,
+            target,
+        ) else {
+            return Ok(());
+        };
+        if self.publish_denials {
+            let event = policy::denial_event(
+                &self.plugin.name,
+                capability,
+                target,
+                &reason,
+                &self.parent,
+                &self.handler,
+            );
+            if let Err(e) = publish::insert(self, event) {
+                tracing::error!(
+                    target: "outbox::audit",
+                    plugin = &*self.plugin.name,
+                    capability,
+                    error = %e,
+                    "could not write the capability denial event"
+                );
+            }
+        }
+        Err(HostCallError::Denied(reason))
+    }
+}
+
+/// The [`HandlerServices`] of one delivery: `publish`, `kv` and `http` for the handler plugin,
+/// each checked by the [`CapabilityPolicy`] first; made by `HandlerHost::services`. A thin
+/// dispatcher: each call goes to the module of its capability.
+pub(crate) struct ReceiverServices {
+    scope: DeliveryScope,
+    children: publish::Children,
+}
+
+impl ReceiverServices {
+    /// The ids this delivery publishes (children, in call order; existing ids on redelivery),
+    /// shared: it stays readable after `self` moves into the wasm store.
+    pub(crate) fn published_ids_handle(&self) -> Arc<Mutex<Vec<i64>>> {
+        self.children.published_ids_handle()
+    }
+}
+
+impl HandlerServices for ReceiverServices {
+    fn publish(&mut self, event: wit_publish::NewEvent) -> Result<i64, HostCallError> {
+        self.children.send(&self.scope, event)
+    }
+
+    fn kv_get(&mut self, key: String) -> Result<Option<String>, HostCallError> {
+        kv::get(&self.scope, &key)
+    }
+
+    fn kv_set(
+        &mut self,
+        key: String,
+        value: String,
+        ttl_seconds: Option<u32>,
+    ) -> Result<(), HostCallError> {
+        kv::set(&self.scope, &key, value, ttl_seconds)
+    }
+
+    fn kv_delete(&mut self, key: String) -> Result<bool, HostCallError> {
+        kv::delete(&self.scope, &key)
+    }
+
+    fn http_send(
+        &mut self,
+        request: wit_http::Request,
+    ) -> Result<wit_http::Response, HostCallError> {
+        http::send(&self.scope, request)
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary (audit lines, bounded keys).
+pub(crate) fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_cuts_at_char_boundaries() {
+        assert_eq!(clip("héllo", 2), "h");
+        assert_eq!(clip("abc", 10), "abc");
+    }
+}

@@ -1,0 +1,230 @@
+//! The `publish` capability: a handler publishes child events of the event it handles.
+//!
+//! Owns the grant check (policy target: the child's event type), deterministic child dispatch
+//! keys (so a redelivery does not duplicate children), the headers a child inherits, and the
+//! short transaction that inserts one event with a deadline. It never lets a plugin choose a
+//! child's dispatch key or its causation headers, and never inserts before the policy allowed it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::{clip, DeliveryScope};
+use crate::plugin::bindings::handler_world::outbox::plugin::publish as wit_publish;
+use crate::plugin::bindings::{HostCallError, WitEvent};
+use crate::publish::{publish_with_limit, validate, NewEvent};
+
+/// The capability name the policy is asked about.
+pub const CAPABILITY: &str = "publish";
+
+/// Deadline of one outbox insert issued for a plugin.
+const DB_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Longest dispatch key, characters; longer keys keep a readable head and a hash of the whole.
+const MAX_DISPATCH_KEY: usize = 512;
+
+/// The event being handled: the parent of whatever the handler publishes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentEvent {
+    /// `outbox_event.id`.
+    pub id: i64,
+    /// Its type.
+    pub event_type: String,
+    /// Its tenant (children inherit it unless they set their own).
+    pub tenant_id: Option<String>,
+    /// Its headers, a JSON object as text (children inherit them).
+    pub headers: String,
+}
+
+impl From<&WitEvent> for ParentEvent {
+    fn from(event: &WitEvent) -> Self {
+        Self {
+            id: event.id,
+            event_type: event.event_type.clone(),
+            tenant_id: event.tenant_id.clone(),
+            headers: event.headers.clone(),
+        }
+    }
+}
+
+impl From<WitEvent> for ParentEvent {
+    fn from(event: WitEvent) -> Self {
+        Self {
+            id: event.id,
+            event_type: event.event_type,
+            tenant_id: event.tenant_id,
+            headers: event.headers,
+        }
+    }
+}
+
+/// The children one delivery has published so far: the call index (each call, whatever its
+/// outcome, takes the next one) and the ids.
+#[derive(Default)]
+pub(crate) struct Children {
+    next_index: u32,
+    published: Arc<Mutex<Vec<i64>>>,
+}
+
+impl Children {
+    /// The ids published (children, in call order; existing ids on redelivery), shared.
+    pub(crate) fn published_ids_handle(&self) -> Arc<Mutex<Vec<i64>>> {
+        self.published.clone()
+    }
+
+    /// `publish.send`: check the grant, build the child (dispatch key, inherited headers and
+    /// tenant), validate it and insert it.
+    pub(crate) fn send(
+        &mut self,
+        scope: &DeliveryScope,
+        event: wit_publish::NewEvent,
+    ) -> Result<i64, HostCallError> {
+        // Index every call, whatever its outcome, so call i of a redelivery gets key i again.
+        let index = self.next_index;
+        self.next_index += 1;
+        scope.authorize(CAPABILITY, &event.event_type)?;
+        let payload: serde_json::Value = serde_json::from_str(&event.payload).map_err(|e| {
+            HostCallError::Failed(format!(
+                "payload of {} is not valid JSON: {e}",
+                event.event_type
+            ))
+        })?;
+        let extra = match event.headers.as_deref() {
+            None => None,
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(serde_json::Value::Object(map)) => Some(map),
+                _ => {
+                    return Err(HostCallError::Failed(format!(
+                        "headers of {} must be a JSON object",
+                        event.event_type
+                    )))
+                }
+            },
+        };
+        let parent = &scope.parent;
+        let mut child = NewEvent::new(event.event_type, payload)
+            .with_dispatch_key(child_dispatch_key(parent.id, &scope.handler, index))
+            .with_headers(child_headers(parent, &scope.handler, extra));
+        child.tenant_id = event.tenant_id.or_else(|| parent.tenant_id.clone());
+        validate(&child, scope.host.max_payload_bytes)
+            .map_err(|e| HostCallError::Failed(e.to_string()))?;
+        let id = insert(scope, child).map_err(HostCallError::Failed)?;
+        if let Ok(mut ids) = self.published.lock() {
+            ids.push(id);
+        }
+        Ok(id)
+    }
+}
+
+/// Insert one event in its own short transaction; the existing id when its dispatch key was
+/// used before.
+pub(crate) fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
+    let pool = &scope.host.pool;
+    let limit = scope.host.max_payload_bytes.max(1024);
+    let work = async move {
+        let mut tx = pool.begin().await.map_err(|e| format!("publish: {e}"))?;
+        let id = publish_with_limit(&mut tx, event, limit)
+            .await
+            .map_err(|e| e.to_string())?;
+        tx.commit()
+            .await
+            .map_err(|e| format!("publish: commit: {e}"))?;
+        Ok(id)
+    };
+    scope.handle.block_on(async {
+        tokio::time::timeout(DB_DEADLINE, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "publish: the database did not answer within {} s",
+                    DB_DEADLINE.as_secs()
+                ))
+            })
+    })
+}
+
+/// A child's headers: the parent's (anything but an object counts as `{}`), then the child's
+/// own, then the causation fields (which a plugin cannot override).
+pub(crate) fn child_headers(
+    parent: &ParentEvent,
+    handler: &str,
+    extra: Option<serde_json::Map<String, serde_json::Value>>,
+) -> serde_json::Value {
+    let mut headers = match serde_json::from_str::<serde_json::Value>(&parent.headers) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    merge_headers(&mut headers, extra, parent.id, handler);
+    serde_json::Value::Object(headers)
+}
+
+/// Merge a child's own headers over the inherited ones, then set the causation fields.
+fn merge_headers(
+    headers: &mut serde_json::Map<String, serde_json::Value>,
+    extra: Option<serde_json::Map<String, serde_json::Value>>,
+    parent_id: i64,
+    handler: &str,
+) {
+    if let Some(extra) = extra {
+        headers.extend(extra);
+    }
+    headers.insert("parent_event_id".into(), parent_id.into());
+    headers.insert("causation_handler".into(), handler.into());
+}
+
+/// Dispatch key of the `index`-th child (0-based, in call order) that `handler` publishes while
+/// handling event `parent_id`; the same on every redelivery, so children are not duplicated.
+pub fn child_dispatch_key(parent_id: i64, handler: &str, index: u32) -> String {
+    bounded_dispatch_key(format!("child:{parent_id}:{handler}:{index}"))
+}
+
+/// Keys over the 512-character dispatch key limit keep a readable head and a hash of the whole.
+pub(crate) fn bounded_dispatch_key(key: String) -> String {
+    if key.len() <= MAX_DISPATCH_KEY {
+        return key;
+    }
+    let digest = hex::encode(Sha256::digest(key.as_bytes()));
+    format!(
+        "{}~sha256:{digest}",
+        clip(&key, MAX_DISPATCH_KEY - 8 - digest.len())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capability::policy::denial_dispatch_key;
+
+    #[test]
+    fn dispatch_keys_are_deterministic_and_bounded() {
+        assert_eq!(
+            child_dispatch_key(42, "workflow-trigger", 0),
+            "child:42:workflow-trigger:0"
+        );
+        assert_eq!(denial_dispatch_key(42, "h", "kv", "k"), "denied:42:h:kv:k");
+        let long = "k".repeat(2000);
+        let a = denial_dispatch_key(42, "h", "kv", &long);
+        let b = denial_dispatch_key(42, "h", "kv", &format!("{long}x"));
+        assert!(a.len() <= 512 && b.len() <= 512, "{}", a.len());
+        assert_ne!(a, b);
+        assert_eq!(a, denial_dispatch_key(42, "h", "kv", &long));
+    }
+
+    #[test]
+    fn child_headers_keep_the_parent_and_cannot_forge_causation() {
+        let mut headers = serde_json::json!({"traceparent": "00-abc", "x": 1})
+            .as_object()
+            .unwrap()
+            .clone();
+        let extra =
+            serde_json::json!({"x": 2, "parent_event_id": 999, "causation_handler": "evil"})
+                .as_object()
+                .cloned();
+        merge_headers(&mut headers, extra, 7, "h");
+        assert_eq!(
+            serde_json::Value::Object(headers),
+            serde_json::json!({"traceparent": "00-abc", "x": 2, "parent_event_id": 7, "causation_handler": "h"})
+        );
+    }
+}
