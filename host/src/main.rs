@@ -382,7 +382,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| "<built-in>".into())
             );
-            println!("{}", ops::describe_settings(&config.settings));
+            println!("{}", ops::describe_settings(&config));
         }
         Command::Plugins { command } => run_plugins(command, &cli.config).await?,
         Command::DeadLetter { command } => {

@@ -3,7 +3,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::{PgPool, Row};
 
-use crate::config::Settings;
+use crate::config::{Config, ShownSetting};
 use crate::routing::{RouteDecision, RouteTable};
 use crate::store;
 
@@ -92,24 +92,58 @@ pub fn explain_route(table: &RouteTable, event_type: &str) -> String {
     }
 }
 
-/// Settings as `KEY=value` lines, for `outbox config`.
-pub fn describe_settings(s: &Settings) -> String {
-    format!(
-        "DATABASE_URL={}\nREDIS_URL={}\nOUTBOX_DISPATCHER_ENABLED={}\nOUTBOX_DISPATCH_INTERVAL_MS={}\nOUTBOX_DISPATCH_BATCH_SIZE={}\nOUTBOX_DISPATCH_CONCURRENCY={}\nOUTBOX_MAX_RETRIES={}\nOUTBOX_CLAIM_LEASE_MS={}\nOUTBOX_SHUTDOWN_GRACE_MS={}\nOUTBOX_DONE_RETENTION_HOURS={}\nOUTBOX_DONE_RETENTION_BATCH_SIZE={}\nOUTBOX_BACKOFF_SECONDS={}\nOUTBOX_MAX_PAYLOAD_BYTES={}\nOUTBOX_REDIS_PREFIX={}\nWORKER_QUEUE_GROUP={}",
-        store::redact(&s.database_url),
-        store::redact(&s.redis_url),
-        s.dispatcher_enabled,
-        s.dispatch_interval.as_millis(),
-        s.dispatch_batch_size,
-        s.dispatch_concurrency,
-        s.max_retries,
-        s.claim_lease.as_millis(),
-        s.shutdown_grace.as_millis(),
-        s.done_retention.as_secs() / 3600,
-        s.done_retention_batch_size,
-        s.backoff.iter().map(|d| d.as_secs().to_string()).collect::<Vec<_>>().join(","),
-        s.max_payload_bytes,
-        s.redis_prefix,
-        s.worker_queue_group.as_deref().unwrap_or("(all)"),
-    )
+/// Every setting as a `KEY=value  # source` line (env, file or default), for `outbox config`;
+/// URL passwords are redacted.
+pub fn describe_settings(config: &Config) -> String {
+    render_settings(&config.settings.describe(&config.routes.settings))
+}
+
+/// Lay out settings as aligned `KEY=value  # source` lines.
+fn render_settings(shown: &[ShownSetting]) -> String {
+    let assignments: Vec<String> = shown
+        .iter()
+        .map(|s| format!("{}={}", s.env, s.value))
+        .collect();
+    let width = assignments.iter().map(String::len).max().unwrap_or(0);
+    assignments
+        .iter()
+        .zip(shown)
+        .map(|(assignment, s)| format!("{assignment:<width$}  # {}", s.source))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FileSettings, Settings};
+
+    #[test]
+    fn outbox_config_output_names_every_setting_with_its_source() {
+        let file = FileSettings {
+            max_retries: Some(3),
+            ..FileSettings::default()
+        };
+        let env = |name: &str| (name == "DATABASE_URL").then(|| "postgres://u:hunter2@db/x".into());
+        let settings = Settings::resolve_with(&file, env).unwrap();
+        let text = render_settings(&settings.describe_with(&file, env));
+        for var in Settings::ENV_VARS {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{var}="))),
+                "{var} missing from:\n{text}"
+            );
+        }
+        assert_eq!(text.lines().count(), Settings::ENV_VARS.len());
+        assert!(!text.contains("hunter2"), "{text}");
+        let line = |var: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{var}=")))
+                .unwrap()
+                .to_string()
+        };
+        assert!(line("DATABASE_URL").ends_with("# env"), "{text}");
+        assert!(line("OUTBOX_MAX_RETRIES").starts_with("OUTBOX_MAX_RETRIES=3 "));
+        assert!(line("OUTBOX_MAX_RETRIES").ends_with("# file"));
+        assert!(line("OUTBOX_HTTP_ADDR").ends_with("# default"));
+    }
 }

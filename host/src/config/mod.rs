@@ -1,17 +1,24 @@
 //! Configuration: `routes.toml` plus environment variables.
 //!
-//! Owns parsing and validation of the operator's config file and the env vars of DESIGN.md
-//! (environment wins over `[settings]` in the file, which wins over the defaults). It never
-//! connects to anything: a [`Config`] is plain data, validated as a whole, so a broken edit can
-//! be rejected before it replaces the config that is serving.
+//! Owns parsing and validation of the operator's config file and the naming rules for what it
+//! declares (routing prefixes, queue names, plugin names); the runtime settings and their env
+//! vars (DESIGN.md) are declared once in [`settings`] (environment wins over `[settings]` in the
+//! file, which wins over the defaults). It never connects to anything: a [`Config`] is plain
+//! data, validated as a whole, so a broken edit can be rejected before it replaces the config
+//! that is serving.
+
+mod settings;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::routing::{RouteRule, RouteTable};
+
+pub use settings::{
+    FileSettings, SettingSource, Settings, ShownSetting, DEFAULT_MAX_PAYLOAD_BYTES,
+};
 
 /// A configuration problem, with the file and the offending entry in the message.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +55,14 @@ pub enum ConfigError {
         /// Its value.
         value: String,
         /// Why it was refused.
+        message: String,
+    },
+    /// A `[settings]` value breaks its setting's rule (for settings not read from a file).
+    #[error("[settings] {key} {message}")]
+    Setting {
+        /// The key under `[settings]`.
+        key: String,
+        /// What is wrong.
         message: String,
     },
 }
@@ -173,52 +188,6 @@ pub struct PluginSpec {
     pub hooks: Vec<String>,
 }
 
-/// `[settings]`: the same knobs as the environment variables (env wins).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileSettings {
-    /// `OUTBOX_DISPATCHER_ENABLED`
-    pub dispatcher_enabled: Option<bool>,
-    /// `OUTBOX_DISPATCH_INTERVAL_MS`
-    pub dispatch_interval_ms: Option<u64>,
-    /// `OUTBOX_DISPATCH_BATCH_SIZE`
-    pub dispatch_batch_size: Option<i64>,
-    /// `OUTBOX_DISPATCH_CONCURRENCY`
-    pub dispatch_concurrency: Option<usize>,
-    /// `OUTBOX_MAX_RETRIES`
-    pub max_retries: Option<i32>,
-    /// `OUTBOX_CLAIM_LEASE_MS`
-    pub claim_lease_ms: Option<u64>,
-    /// `OUTBOX_SHUTDOWN_GRACE_MS`
-    pub shutdown_grace_ms: Option<u64>,
-    /// `OUTBOX_DONE_RETENTION_HOURS`
-    pub done_retention_hours: Option<u64>,
-    /// `OUTBOX_DONE_RETENTION_BATCH_SIZE`
-    pub done_retention_batch_size: Option<i64>,
-    /// `OUTBOX_BACKOFF_SECONDS`: retry delays after attempt 1, 2, ...; the last one repeats.
-    pub backoff_seconds: Option<Vec<u64>>,
-    /// `OUTBOX_MAX_PAYLOAD_BYTES`
-    pub max_payload_bytes: Option<usize>,
-    /// `OUTBOX_REDIS_PREFIX`
-    pub redis_prefix: Option<String>,
-    /// `OUTBOX_DEDUPE_TTL_SECONDS`
-    pub dedupe_ttl_seconds: Option<u64>,
-    /// `OUTBOX_PLUGIN_DIR`
-    pub plugin_dir: Option<String>,
-    /// `OUTBOX_HTTP_ADDR`
-    pub http_addr: Option<String>,
-    /// `OUTBOX_HANDLER_MAX_RETRIES`
-    pub handler_max_retries: Option<u32>,
-    /// `OUTBOX_HANDLER_BACKOFF_SECONDS`
-    pub handler_backoff_seconds: Option<Vec<u64>>,
-    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS`
-    pub idempotency_ttl_seconds: Option<u64>,
-    /// `OUTBOX_RECEIVER_LEASE_MS`
-    pub receiver_lease_ms: Option<u64>,
-    /// `OUTBOX_RECEIVER_CONCURRENCY`
-    pub receiver_concurrency: Option<usize>,
-}
-
 /// The parsed `routes.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -248,10 +217,7 @@ pub struct RoutesFile {
 }
 
 /// The default `routes.toml` shipped with the product (the table of DESIGN.md).
-pub const DEFAULT_ROUTES_TOML: &str = include_str!("../../routes.toml");
-
-/// Largest payload accepted by default (256 KiB).
-pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+pub const DEFAULT_ROUTES_TOML: &str = include_str!("../../../routes.toml");
 
 impl RoutesFile {
     /// Parse and validate TOML text; `path` only names the source in errors.
@@ -351,15 +317,7 @@ impl RoutesFile {
             )));
         }
         for (name, spec) in &self.plugins {
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-            {
-                return Err(invalid(format!(
-                    "[plugins] '{name}': plugin names use lowercase letters, digits, '-' and '_'"
-                )));
-            }
+            validate_plugin_name(name).map_err(|m| invalid(format!("[plugins] '{name}': {m}")))?;
             if spec.memory_mb == Some(0) || spec.timeout_ms == Some(0) || spec.fuel == Some(0) {
                 return Err(invalid(format!(
                     "[plugins.{name}]: fuel, memory_mb and timeout_ms must be positive"
@@ -373,13 +331,7 @@ impl RoutesFile {
                 })?;
             }
         }
-        if let Some(backoff) = &self.settings.backoff_seconds {
-            if backoff.is_empty() {
-                return Err(invalid(
-                    "[settings] backoff_seconds must not be empty".into(),
-                ));
-            }
-        }
+        self.settings.check().map_err(invalid)?;
         Ok(())
     }
 }
@@ -408,6 +360,28 @@ pub fn validate_prefix(prefix: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Check a plugin name, the one rule for `[plugins.NAME]` and `outbox plugins new NAME`:
+/// lowercase letters, digits and single '-', starting with a letter, not ending with '-', at
+/// most 64 characters. A plugin crate `NAME` builds to `NAME.wasm` (scripts/build-plugins.sh
+/// turns '_' into '-'), the file a `[plugins.NAME]` entry loads by default, so '_' is refused:
+/// such a name could never match its built file.
+pub fn validate_plugin_name(name: &str) -> Result<(), String> {
+    let ok = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && !name.contains("--")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid plugin name {name:?}: use lowercase letters, digits and single '-', starting with a letter (at most 64 characters), e.g. \"form-router\""
+        ))
+    }
+}
+
 /// Check a queue name (it becomes a Redis key).
 pub fn validate_queue_name(queue: &str) -> Result<(), String> {
     if queue.is_empty() || queue.len() > 200 {
@@ -420,253 +394,6 @@ pub fn validate_queue_name(queue: &str) -> Result<(), String> {
         return Err("queue names use letters, digits, '.', '_', '-' and ':'".into());
     }
     Ok(())
-}
-
-/// Fully resolved runtime settings (defaults < `[settings]` < environment).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// PostgreSQL URL (`DATABASE_URL`).
-    pub database_url: String,
-    /// Redis URL (`REDIS_URL`).
-    pub redis_url: String,
-    /// Run the dispatcher in `outbox run`.
-    pub dispatcher_enabled: bool,
-    /// Fallback poll interval.
-    pub dispatch_interval: Duration,
-    /// Rows claimed per tick.
-    pub dispatch_batch_size: i64,
-    /// Redis pipelines in flight at once.
-    pub dispatch_concurrency: usize,
-    /// Retries before an event is dead-lettered (`failed`).
-    pub max_retries: i32,
-    /// Claim lease.
-    pub claim_lease: Duration,
-    /// How long shutdown waits for in-flight work.
-    pub shutdown_grace: Duration,
-    /// Age after which `done` rows are deleted.
-    pub done_retention: Duration,
-    /// Rows deleted per retention statement (1..=10000).
-    pub done_retention_batch_size: i64,
-    /// Retry delay after attempt n is `backoff[min(n, len) - 1]`.
-    pub backoff: Vec<Duration>,
-    /// Largest accepted payload (bytes of JSON text).
-    pub max_payload_bytes: usize,
-    /// Prefix for every Redis key the host writes.
-    pub redis_prefix: String,
-    /// TTL of enqueue dedupe markers.
-    pub dedupe_ttl: Duration,
-    /// Directory holding `.wasm` plugins.
-    pub plugin_dir: PathBuf,
-    /// Address of the metrics/health endpoint (empty: disabled).
-    pub http_addr: String,
-    /// Queue group consumed by `outbox run` (`WORKER_QUEUE_GROUP`; `None` = all groups).
-    pub worker_queue_group: Option<String>,
-    /// Handler retries before an entry goes to the dead-letter stream.
-    pub handler_max_retries: u32,
-    /// Handler retry delay after attempt n is `handler_backoff[min(n, len) - 1]`.
-    pub handler_backoff: Vec<Duration>,
-    /// TTL of receiver idempotency records (longer than the longest retry window).
-    pub idempotency_ttl: Duration,
-    /// How long a receiver may hold an entry before another consumer reclaims it.
-    pub receiver_lease: Duration,
-    /// Entries handled at once per queue.
-    pub receiver_concurrency: usize,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            database_url: "postgres://postgres@127.0.0.1:5432/test".into(),
-            redis_url: "redis://127.0.0.1:6379/".into(),
-            dispatcher_enabled: true,
-            dispatch_interval: Duration::from_millis(1000),
-            dispatch_batch_size: 100,
-            dispatch_concurrency: 10,
-            max_retries: 6,
-            claim_lease: Duration::from_millis(300_000),
-            shutdown_grace: Duration::from_millis(30_000),
-            done_retention: Duration::from_secs(720 * 3600),
-            done_retention_batch_size: 1000,
-            backoff: [60, 120, 240, 480, 960, 1920]
-                .into_iter()
-                .map(Duration::from_secs)
-                .collect(),
-            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
-            redis_prefix: String::new(),
-            dedupe_ttl: Duration::from_secs(7 * 24 * 3600),
-            plugin_dir: PathBuf::from("plugins/dist"),
-            http_addr: "127.0.0.1:9464".into(),
-            worker_queue_group: None,
-            handler_max_retries: 5,
-            handler_backoff: [1, 5, 30, 120, 600]
-                .into_iter()
-                .map(Duration::from_secs)
-                .collect(),
-            idempotency_ttl: Duration::from_secs(24 * 3600),
-            receiver_lease: Duration::from_millis(60_000),
-            receiver_concurrency: 8,
-        }
-    }
-}
-
-impl Settings {
-    /// Resolve settings from the file's `[settings]` and the process environment.
-    pub fn resolve(file: &FileSettings) -> Result<Self, ConfigError> {
-        Self::resolve_with(file, |name| std::env::var(name).ok())
-    }
-
-    /// Resolve with an explicit environment lookup (tests use a map).
-    pub fn resolve_with(
-        file: &FileSettings,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, ConfigError> {
-        let mut s = Settings::default();
-        fn parse<T: std::str::FromStr>(
-            env: &impl Fn(&str) -> Option<String>,
-            name: &str,
-        ) -> Result<Option<T>, ConfigError>
-        where
-            T::Err: std::fmt::Display,
-        {
-            match env(name) {
-                None => Ok(None),
-                Some(v) if v.trim().is_empty() => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse::<T>()
-                    .map(Some)
-                    .map_err(|e| ConfigError::Env {
-                        name: name.into(),
-                        value: v.clone(),
-                        message: e.to_string(),
-                    }),
-            }
-        }
-        if let Some(v) = env("DATABASE_URL").filter(|v| !v.is_empty()) {
-            s.database_url = v;
-        }
-        if let Some(v) = env("REDIS_URL").filter(|v| !v.is_empty()) {
-            s.redis_url = v;
-        }
-        let ms = Duration::from_millis;
-        s.dispatcher_enabled = parse(&env, "OUTBOX_DISPATCHER_ENABLED")?
-            .or(file.dispatcher_enabled)
-            .unwrap_or(s.dispatcher_enabled);
-        s.dispatch_interval = parse(&env, "OUTBOX_DISPATCH_INTERVAL_MS")?
-            .or(file.dispatch_interval_ms)
-            .map(ms)
-            .unwrap_or(s.dispatch_interval);
-        s.dispatch_batch_size = parse(&env, "OUTBOX_DISPATCH_BATCH_SIZE")?
-            .or(file.dispatch_batch_size)
-            .unwrap_or(s.dispatch_batch_size)
-            .clamp(1, 10_000);
-        s.dispatch_concurrency = parse(&env, "OUTBOX_DISPATCH_CONCURRENCY")?
-            .or(file.dispatch_concurrency)
-            .unwrap_or(s.dispatch_concurrency)
-            .clamp(1, 1024);
-        s.max_retries = parse(&env, "OUTBOX_MAX_RETRIES")?
-            .or(file.max_retries)
-            .unwrap_or(s.max_retries)
-            .max(0);
-        s.claim_lease = parse(&env, "OUTBOX_CLAIM_LEASE_MS")?
-            .or(file.claim_lease_ms)
-            .map(ms)
-            .unwrap_or(s.claim_lease)
-            .max(ms(100));
-        s.shutdown_grace = parse(&env, "OUTBOX_SHUTDOWN_GRACE_MS")?
-            .or(file.shutdown_grace_ms)
-            .map(ms)
-            .unwrap_or(s.shutdown_grace);
-        s.done_retention = parse::<u64>(&env, "OUTBOX_DONE_RETENTION_HOURS")?
-            .or(file.done_retention_hours)
-            .map(|h| Duration::from_secs(h * 3600))
-            .unwrap_or(s.done_retention);
-        s.done_retention_batch_size = parse(&env, "OUTBOX_DONE_RETENTION_BATCH_SIZE")?
-            .or(file.done_retention_batch_size)
-            .unwrap_or(s.done_retention_batch_size)
-            .clamp(1, 10_000);
-        let backoff_env = match env("OUTBOX_BACKOFF_SECONDS").filter(|v| !v.trim().is_empty()) {
-            Some(v) => Some(
-                v.split(',')
-                    .map(|p| p.trim().parse::<u64>())
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| ConfigError::Env {
-                        name: "OUTBOX_BACKOFF_SECONDS".into(),
-                        value: v.clone(),
-                        message: format!("{e} (expected comma-separated seconds, e.g. 60,120,240)"),
-                    })?,
-            ),
-            None => None,
-        };
-        if let Some(b) = backoff_env.or_else(|| file.backoff_seconds.clone()) {
-            if !b.is_empty() {
-                s.backoff = b.into_iter().map(Duration::from_secs).collect();
-            }
-        }
-        s.max_payload_bytes = parse(&env, "OUTBOX_MAX_PAYLOAD_BYTES")?
-            .or(file.max_payload_bytes)
-            .unwrap_or(s.max_payload_bytes);
-        if let Some(p) = env("OUTBOX_REDIS_PREFIX").or_else(|| file.redis_prefix.clone()) {
-            s.redis_prefix = p;
-        }
-        s.dedupe_ttl = parse(&env, "OUTBOX_DEDUPE_TTL_SECONDS")?
-            .or(file.dedupe_ttl_seconds)
-            .map(Duration::from_secs)
-            .unwrap_or(s.dedupe_ttl);
-        if let Some(d) = env("OUTBOX_PLUGIN_DIR").or_else(|| file.plugin_dir.clone()) {
-            s.plugin_dir = PathBuf::from(d);
-        }
-        if let Some(a) = env("OUTBOX_HTTP_ADDR").or_else(|| file.http_addr.clone()) {
-            s.http_addr = a;
-        }
-        s.worker_queue_group = env("WORKER_QUEUE_GROUP").filter(|g| !g.trim().is_empty());
-        s.handler_max_retries = parse(&env, "OUTBOX_HANDLER_MAX_RETRIES")?
-            .or(file.handler_max_retries)
-            .unwrap_or(s.handler_max_retries);
-        let handler_backoff =
-            match env("OUTBOX_HANDLER_BACKOFF_SECONDS").filter(|v| !v.trim().is_empty()) {
-                Some(v) => Some(
-                    v.split(',')
-                        .map(|p| p.trim().parse::<u64>())
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| ConfigError::Env {
-                            name: "OUTBOX_HANDLER_BACKOFF_SECONDS".into(),
-                            value: v.clone(),
-                            message: format!("{e} (expected comma-separated seconds)"),
-                        })?,
-                ),
-                None => file.handler_backoff_seconds.clone(),
-            };
-        if let Some(b) = handler_backoff.filter(|b| !b.is_empty()) {
-            s.handler_backoff = b.into_iter().map(Duration::from_secs).collect();
-        }
-        s.idempotency_ttl = parse(&env, "OUTBOX_IDEMPOTENCY_TTL_SECONDS")?
-            .or(file.idempotency_ttl_seconds)
-            .map(Duration::from_secs)
-            .unwrap_or(s.idempotency_ttl);
-        s.receiver_lease = parse(&env, "OUTBOX_RECEIVER_LEASE_MS")?
-            .or(file.receiver_lease_ms)
-            .map(ms)
-            .unwrap_or(s.receiver_lease)
-            .max(ms(100));
-        s.receiver_concurrency = parse(&env, "OUTBOX_RECEIVER_CONCURRENCY")?
-            .or(file.receiver_concurrency)
-            .unwrap_or(s.receiver_concurrency)
-            .clamp(1, 1024);
-        Ok(s)
-    }
-
-    /// Handler retry delay after failed attempt `attempt` (1-based).
-    pub fn handler_backoff_after(&self, attempt: u32) -> Duration {
-        let idx = (attempt.max(1) as usize - 1).min(self.handler_backoff.len() - 1);
-        self.handler_backoff[idx]
-    }
-
-    /// Retry delay after failed attempt `attempt` (1-based): 1, 2, 4, ... minutes by default.
-    pub fn backoff_after(&self, attempt: i32) -> Duration {
-        let idx = (attempt.max(1) as usize - 1).min(self.backoff.len() - 1);
-        self.backoff[idx]
-    }
 }
 
 /// Everything the host needs: the routes file and the resolved settings.
@@ -714,5 +441,78 @@ impl Config {
             routes,
             settings,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_names_follow_the_built_wasm_file_names() {
+        for ok in [
+            "a",
+            "form-router",
+            "prefix-router-alt",
+            "v2",
+            "x1-y2",
+            &"a".repeat(64),
+        ] {
+            assert_eq!(validate_plugin_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "Form",
+            "form_router",
+            "1router",
+            "-router",
+            "router-",
+            "form--router",
+            "form.router",
+            "form router",
+            &"a".repeat(65),
+        ] {
+            let err = validate_plugin_name(bad).unwrap_err();
+            assert!(err.contains("lowercase letters"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn routes_file_uses_the_plugin_name_rule() {
+        let err = RoutesFile::parse(
+            "[policy]\nplugin = \"deny-all\"\n[plugins.my_router]\n",
+            Path::new("routes.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("[plugins] 'my_router'"), "{err}");
+        RoutesFile::parse(
+            "[policy]\nplugin = \"deny-all\"\n[plugins.my-router]\n",
+            Path::new("routes.toml"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn routes_file_refuses_an_empty_backoff_list() {
+        for key in ["backoff_seconds", "handler_backoff_seconds"] {
+            let err = RoutesFile::parse(&format!("[settings]\n{key} = []\n"), Path::new("r.toml"))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(err, format!("r.toml: [settings] {key} must not be empty"));
+        }
+    }
+
+    #[test]
+    fn routes_file_refuses_unknown_settings_keys() {
+        let err = RoutesFile::parse("[settings]\nretries = 3\n", Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("retries"), "{err}");
+    }
+
+    #[test]
+    fn default_routes_file_parses() {
+        RoutesFile::parse(DEFAULT_ROUTES_TOML, Path::new("routes.toml")).unwrap();
     }
 }

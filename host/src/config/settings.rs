@@ -1,0 +1,975 @@
+//! Runtime settings, each declared once.
+//!
+//! Owns the table of settings at the bottom of this file: for every knob its `Settings` field,
+//! environment variable, `[settings]` file key, default, doc and kind (how its text is parsed,
+//! checked, converted and shown). [`FileSettings`], [`Settings`] and its `Default`, the
+//! resolution (environment over file over default) and [`Settings::describe`] (what
+//! `outbox config` prints) are all generated from that table, so they cannot drift apart.
+//! It never connects to anything and never shows a secret (URLs are redacted).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// Largest payload accepted by default (256 KiB).
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+
+/// Where a resolved setting's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingSource {
+    /// The environment variable.
+    Env,
+    /// The `[settings]` table of the routes file.
+    File,
+    /// The built-in default.
+    Default,
+}
+
+impl fmt::Display for SettingSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SettingSource::Env => "env",
+            SettingSource::File => "file",
+            SettingSource::Default => "default",
+        })
+    }
+}
+
+/// One setting as `outbox config` shows it: never a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownSetting {
+    /// Its environment variable.
+    pub env: &'static str,
+    /// Its key under `[settings]` (`None`: environment only).
+    pub file_key: Option<&'static str>,
+    /// The effective value, in the unit of the variable (URL passwords redacted).
+    pub value: String,
+    /// Where the value came from.
+    pub source: SettingSource,
+}
+
+/// How one kind of setting is read, checked, converted and shown. `Raw` is what the
+/// environment variable and the file hold (in the unit the name says: ms, seconds, hours);
+/// `Value` is what [`Settings`] holds.
+pub(crate) trait SettingKind {
+    /// The value as written by the operator.
+    type Raw;
+    /// The value as the host uses it.
+    type Value;
+    /// Whether the variable's text counts as set (by default blank text means unset).
+    fn is_set(text: &str) -> bool {
+        !text.trim().is_empty()
+    }
+    /// Parse the variable's text.
+    fn parse(text: &str) -> Result<Self::Raw, String>;
+    /// The rule every raw value (from the environment or the file) must meet.
+    fn check(_raw: &Self::Raw) -> Result<(), String> {
+        Ok(())
+    }
+    /// Convert to what the host uses.
+    fn value(raw: Self::Raw) -> Self::Value;
+    /// Show the value in the variable's own unit.
+    fn show(value: &Self::Value) -> String;
+}
+
+/// `true` or `false`.
+pub(crate) struct Flag;
+
+impl SettingKind for Flag {
+    type Raw = bool;
+    type Value = bool;
+    fn parse(text: &str) -> Result<bool, String> {
+        text.trim()
+            .parse()
+            .map_err(|e: std::str::ParseBoolError| e.to_string())
+    }
+    fn value(raw: bool) -> bool {
+        raw
+    }
+    fn show(value: &bool) -> String {
+        value.to_string()
+    }
+}
+
+/// An integer (its range is the type's; clamps are per setting).
+pub(crate) struct Number<T>(PhantomData<T>);
+
+impl<T> SettingKind for Number<T>
+where
+    T: FromStr + fmt::Display,
+    T::Err: fmt::Display,
+{
+    type Raw = T;
+    type Value = T;
+    fn parse(text: &str) -> Result<T, String> {
+        text.trim().parse().map_err(|e: T::Err| e.to_string())
+    }
+    fn value(raw: T) -> T {
+        raw
+    }
+    fn show(value: &T) -> String {
+        value.to_string()
+    }
+}
+
+/// A duration written in milliseconds.
+pub(crate) struct Millis;
+
+impl SettingKind for Millis {
+    type Raw = u64;
+    type Value = Duration;
+    fn parse(text: &str) -> Result<u64, String> {
+        Number::<u64>::parse(text)
+    }
+    fn value(raw: u64) -> Duration {
+        Duration::from_millis(raw)
+    }
+    fn show(value: &Duration) -> String {
+        value.as_millis().to_string()
+    }
+}
+
+/// A duration written in seconds.
+pub(crate) struct Seconds;
+
+impl SettingKind for Seconds {
+    type Raw = u64;
+    type Value = Duration;
+    fn parse(text: &str) -> Result<u64, String> {
+        Number::<u64>::parse(text)
+    }
+    fn value(raw: u64) -> Duration {
+        Duration::from_secs(raw)
+    }
+    fn show(value: &Duration) -> String {
+        value.as_secs().to_string()
+    }
+}
+
+/// A duration written in hours.
+pub(crate) struct Hours;
+
+impl SettingKind for Hours {
+    type Raw = u64;
+    type Value = Duration;
+    fn parse(text: &str) -> Result<u64, String> {
+        Number::<u64>::parse(text)
+    }
+    fn value(raw: u64) -> Duration {
+        Duration::from_secs(raw.saturating_mul(3600))
+    }
+    fn show(value: &Duration) -> String {
+        (value.as_secs() / 3600).to_string()
+    }
+}
+
+/// A non-empty list of delays in seconds: `60,120,240` in the environment, `[60, 120, 240]` in
+/// the file.
+pub(crate) struct SecondsList;
+
+impl SettingKind for SecondsList {
+    type Raw = Vec<u64>;
+    type Value = Vec<Duration>;
+    fn parse(text: &str) -> Result<Vec<u64>, String> {
+        text.split(',')
+            .map(|part| part.trim().parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{e} (expected comma-separated seconds, e.g. 60,120,240)"))
+    }
+    fn check(raw: &Vec<u64>) -> Result<(), String> {
+        if raw.is_empty() {
+            return Err("must not be empty".into());
+        }
+        Ok(())
+    }
+    fn value(raw: Vec<u64>) -> Vec<Duration> {
+        raw.into_iter().map(Duration::from_secs).collect()
+    }
+    fn show(value: &Vec<Duration>) -> String {
+        value
+            .iter()
+            .map(|d| d.as_secs().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Free text, taken as written; a variable set to the empty string counts (an empty
+/// `OUTBOX_HTTP_ADDR` turns the endpoint off).
+pub(crate) struct Text;
+
+impl SettingKind for Text {
+    type Raw = String;
+    type Value = String;
+    fn is_set(_text: &str) -> bool {
+        true
+    }
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.to_string())
+    }
+    fn value(raw: String) -> String {
+        raw
+    }
+    fn show(value: &String) -> String {
+        value.clone()
+    }
+}
+
+/// A filesystem path, taken as written.
+pub(crate) struct DirPath;
+
+impl SettingKind for DirPath {
+    type Raw = String;
+    type Value = PathBuf;
+    fn is_set(_text: &str) -> bool {
+        true
+    }
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.to_string())
+    }
+    fn value(raw: String) -> PathBuf {
+        PathBuf::from(raw)
+    }
+    fn show(value: &PathBuf) -> String {
+        value.display().to_string()
+    }
+}
+
+/// A connection URL; shown with its password redacted; an empty variable is ignored.
+pub(crate) struct Url;
+
+impl SettingKind for Url {
+    type Raw = String;
+    type Value = String;
+    fn is_set(text: &str) -> bool {
+        !text.is_empty()
+    }
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.to_string())
+    }
+    fn value(raw: String) -> String {
+        raw
+    }
+    fn show(value: &String) -> String {
+        crate::store::redact(value)
+    }
+}
+
+/// An optional name; unset or blank means "all" (`WORKER_QUEUE_GROUP`).
+pub(crate) struct OptionalName;
+
+impl SettingKind for OptionalName {
+    type Raw = Option<String>;
+    type Value = Option<String>;
+    fn parse(text: &str) -> Result<Option<String>, String> {
+        Ok(Some(text.to_string()))
+    }
+    fn value(raw: Option<String>) -> Option<String> {
+        raw
+    }
+    fn show(value: &Option<String>) -> String {
+        value.as_deref().unwrap_or("(all)").to_string()
+    }
+}
+
+/// The variable's text, when it counts as set for kind `K`.
+fn env_text<K: SettingKind>(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    env(name).filter(|text| K::is_set(text))
+}
+
+/// Resolve one setting: the variable if set, else the file's value, else the default; then
+/// the kind's rule. Errors name the variable and its value, or the file key.
+fn resolve_one<K: SettingKind>(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &'static str,
+    file: Option<(&'static str, &K::Raw)>,
+    default: K::Raw,
+) -> Result<K::Value, ConfigError>
+where
+    K::Raw: Clone,
+{
+    if let Some(text) = env_text::<K>(env, name) {
+        let raw = K::parse(&text)
+            .and_then(|raw| K::check(&raw).map(|()| raw))
+            .map_err(|message| ConfigError::Env {
+                name: name.into(),
+                value: text.clone(),
+                message,
+            })?;
+        return Ok(K::value(raw));
+    }
+    if let Some((key, raw)) = file {
+        K::check(raw).map_err(|message| ConfigError::Setting {
+            key: key.into(),
+            message,
+        })?;
+        return Ok(K::value(raw.clone()));
+    }
+    Ok(K::value(default))
+}
+
+/// Where a setting of kind `K` comes from, by the same rules [`resolve_one`] follows.
+fn source_of<K: SettingKind>(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    in_file: bool,
+) -> SettingSource {
+    if env_text::<K>(env, name).is_some() {
+        SettingSource::Env
+    } else if in_file {
+        SettingSource::File
+    } else {
+        SettingSource::Default
+    }
+}
+
+/// Generates [`FileSettings`], [`Settings`] (+ `Default`), the resolution and the description
+/// from one table. Environment-only settings have no file key.
+macro_rules! declare_settings {
+    (@adjust $value:expr) => { $value };
+    (@adjust $value:expr, $adjust:expr) => { ($adjust)($value) };
+    (
+        env_only {
+            $(
+                $(#[doc = $edoc:literal])+
+                $efield:ident: $etype:ty {
+                    env: $eenv:literal,
+                    kind: $ekind:ty,
+                    default: $edefault:expr $(,)?
+                }
+            )+
+        }
+        env_and_file {
+            $(
+                $(#[doc = $doc:literal])+
+                $field:ident: $type:ty {
+                    env: $env:literal,
+                    file: $key:ident: $ftype:ty,
+                    kind: $kind:ty,
+                    default: $default:expr
+                    $(, adjust: $adjust:expr)? $(,)?
+                }
+            )+
+        }
+    ) => {
+        /// `[settings]`: the same knobs as the environment variables (the environment wins).
+        /// Unknown keys are errors.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct FileSettings {
+            $(
+                $(#[doc = $doc])+
+                #[doc = ""]
+                #[doc = concat!("Overridden by `", $env, "`; default `", stringify!($default), "`.")]
+                pub $key: Option<$ftype>,
+            )+
+        }
+
+        /// Fully resolved runtime settings (defaults < `[settings]` < environment).
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Settings {
+            $(
+                $(#[doc = $edoc])+
+                #[doc = ""]
+                #[doc = concat!("Env `", $eenv, "` only; default `", stringify!($edefault), "`.")]
+                pub $efield: $etype,
+            )+
+            $(
+                $(#[doc = $doc])+
+                #[doc = ""]
+                #[doc = concat!(
+                    "Env `", $env, "`, file key `", stringify!($key),
+                    "`, default `", stringify!($default), "`."
+                )]
+                pub $field: $type,
+            )+
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Self {
+                    $( $efield: <$ekind as SettingKind>::value($edefault), )+
+                    $(
+                        $field: declare_settings!(
+                            @adjust <$kind as SettingKind>::value($default) $(, $adjust)?
+                        ),
+                    )+
+                }
+            }
+        }
+
+        impl Settings {
+            /// Every environment variable a setting reads, in the order `outbox config` shows.
+            #[cfg(test)]
+            pub(crate) const ENV_VARS: &'static [&'static str] = &[$($eenv,)+ $($env,)+];
+
+            /// Resolve with an explicit environment lookup (tests use a map).
+            pub fn resolve_with(
+                file: &FileSettings,
+                env: impl Fn(&str) -> Option<String>,
+            ) -> Result<Self, ConfigError> {
+                let env: &dyn Fn(&str) -> Option<String> = &env;
+                Ok(Self {
+                    $(
+                        $efield: resolve_one::<$ekind>(env, $eenv, None, $edefault)?,
+                    )+
+                    $(
+                        $field: declare_settings!(
+                            @adjust resolve_one::<$kind>(
+                                env,
+                                $env,
+                                file.$key.as_ref().map(|raw| (stringify!($key), raw)),
+                                $default,
+                            )? $(, $adjust)?
+                        ),
+                    )+
+                })
+            }
+
+            /// Every setting with its effective value and where it came from, given the file's
+            /// `[settings]` and an environment lookup.
+            pub fn describe_with(
+                &self,
+                file: &FileSettings,
+                env: impl Fn(&str) -> Option<String>,
+            ) -> Vec<ShownSetting> {
+                let env: &dyn Fn(&str) -> Option<String> = &env;
+                vec![
+                    $(
+                        ShownSetting {
+                            env: $eenv,
+                            file_key: None,
+                            value: <$ekind as SettingKind>::show(&self.$efield),
+                            source: source_of::<$ekind>(env, $eenv, false),
+                        },
+                    )+
+                    $(
+                        ShownSetting {
+                            env: $env,
+                            file_key: Some(stringify!($key)),
+                            value: <$kind as SettingKind>::show(&self.$field),
+                            source: source_of::<$kind>(env, $env, file.$key.is_some()),
+                        },
+                    )+
+                ]
+            }
+        }
+
+        impl FileSettings {
+            /// Check every value against its setting's rule; the message names the key.
+            pub(crate) fn check(&self) -> Result<(), String> {
+                $(
+                    if let Some(raw) = &self.$key {
+                        <$kind as SettingKind>::check(raw)
+                            .map_err(|m| format!("[settings] {} {m}", stringify!($key)))?;
+                    }
+                )+
+                Ok(())
+            }
+        }
+    };
+}
+
+declare_settings! {
+    env_only {
+        /// PostgreSQL URL.
+        database_url: String {
+            env: "DATABASE_URL",
+            kind: Url,
+            default: String::from("postgres://postgres@127.0.0.1:5432/test"),
+        }
+        /// Redis URL.
+        redis_url: String {
+            env: "REDIS_URL",
+            kind: Url,
+            default: String::from("redis://127.0.0.1:6379/"),
+        }
+        /// Queue group consumed by `outbox run` (`None` = all groups).
+        worker_queue_group: Option<String> {
+            env: "WORKER_QUEUE_GROUP",
+            kind: OptionalName,
+            default: None,
+        }
+    }
+    env_and_file {
+        /// Run the dispatcher in `outbox run` (`false` makes a receiver-only process).
+        dispatcher_enabled: bool {
+            env: "OUTBOX_DISPATCHER_ENABLED",
+            file: dispatcher_enabled: bool,
+            kind: Flag,
+            default: true,
+        }
+        /// Fallback poll interval (NOTIFY wakes the dispatcher sooner).
+        dispatch_interval: Duration {
+            env: "OUTBOX_DISPATCH_INTERVAL_MS",
+            file: dispatch_interval_ms: u64,
+            kind: Millis,
+            default: 1000,
+        }
+        /// Rows claimed per tick (clamped to 1..=10000).
+        dispatch_batch_size: i64 {
+            env: "OUTBOX_DISPATCH_BATCH_SIZE",
+            file: dispatch_batch_size: i64,
+            kind: Number<i64>,
+            default: 100,
+            adjust: |n: i64| n.clamp(1, 10_000),
+        }
+        /// Redis pipelines in flight at once (clamped to 1..=1024).
+        dispatch_concurrency: usize {
+            env: "OUTBOX_DISPATCH_CONCURRENCY",
+            file: dispatch_concurrency: usize,
+            kind: Number<usize>,
+            default: 10,
+            adjust: |n: usize| n.clamp(1, 1024),
+        }
+        /// Retries before an event is dead-lettered (`failed`); negative counts as 0.
+        max_retries: i32 {
+            env: "OUTBOX_MAX_RETRIES",
+            file: max_retries: i32,
+            kind: Number<i32>,
+            default: 6,
+            adjust: |n: i32| n.max(0),
+        }
+        /// Claim lease (at least 100 ms).
+        claim_lease: Duration {
+            env: "OUTBOX_CLAIM_LEASE_MS",
+            file: claim_lease_ms: u64,
+            kind: Millis,
+            default: 300_000,
+            adjust: |d: Duration| d.max(Duration::from_millis(100)),
+        }
+        /// How long shutdown waits for in-flight work.
+        shutdown_grace: Duration {
+            env: "OUTBOX_SHUTDOWN_GRACE_MS",
+            file: shutdown_grace_ms: u64,
+            kind: Millis,
+            default: 30_000,
+        }
+        /// Age after which `done` rows are deleted.
+        done_retention: Duration {
+            env: "OUTBOX_DONE_RETENTION_HOURS",
+            file: done_retention_hours: u64,
+            kind: Hours,
+            default: 720,
+        }
+        /// Rows deleted per retention statement (clamped to 1..=10000).
+        done_retention_batch_size: i64 {
+            env: "OUTBOX_DONE_RETENTION_BATCH_SIZE",
+            file: done_retention_batch_size: i64,
+            kind: Number<i64>,
+            default: 1000,
+            adjust: |n: i64| n.clamp(1, 10_000),
+        }
+        /// Retry delay after attempt n is `backoff[min(n, len) - 1]` (the last one repeats).
+        backoff: Vec<Duration> {
+            env: "OUTBOX_BACKOFF_SECONDS",
+            file: backoff_seconds: Vec<u64>,
+            kind: SecondsList,
+            default: vec![60, 120, 240, 480, 960, 1920],
+        }
+        /// Largest accepted payload (bytes of JSON text).
+        max_payload_bytes: usize {
+            env: "OUTBOX_MAX_PAYLOAD_BYTES",
+            file: max_payload_bytes: usize,
+            kind: Number<usize>,
+            default: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+        /// Prefix for every Redis key the host writes.
+        redis_prefix: String {
+            env: "OUTBOX_REDIS_PREFIX",
+            file: redis_prefix: String,
+            kind: Text,
+            default: String::new(),
+        }
+        /// TTL of enqueue dedupe markers.
+        dedupe_ttl: Duration {
+            env: "OUTBOX_DEDUPE_TTL_SECONDS",
+            file: dedupe_ttl_seconds: u64,
+            kind: Seconds,
+            default: 7 * 24 * 3600,
+        }
+        /// Directory holding `.wasm` plugins.
+        plugin_dir: PathBuf {
+            env: "OUTBOX_PLUGIN_DIR",
+            file: plugin_dir: String,
+            kind: DirPath,
+            default: String::from("plugins/dist"),
+        }
+        /// Address of the metrics/health endpoint (empty: disabled).
+        http_addr: String {
+            env: "OUTBOX_HTTP_ADDR",
+            file: http_addr: String,
+            kind: Text,
+            default: String::from("127.0.0.1:9464"),
+        }
+        /// Handler retries before an entry goes to the dead-letter stream.
+        handler_max_retries: u32 {
+            env: "OUTBOX_HANDLER_MAX_RETRIES",
+            file: handler_max_retries: u32,
+            kind: Number<u32>,
+            default: 5,
+        }
+        /// Handler retry delay after attempt n is `handler_backoff[min(n, len) - 1]`.
+        handler_backoff: Vec<Duration> {
+            env: "OUTBOX_HANDLER_BACKOFF_SECONDS",
+            file: handler_backoff_seconds: Vec<u64>,
+            kind: SecondsList,
+            default: vec![1, 5, 30, 120, 600],
+        }
+        /// TTL of receiver idempotency records (longer than the longest retry window).
+        idempotency_ttl: Duration {
+            env: "OUTBOX_IDEMPOTENCY_TTL_SECONDS",
+            file: idempotency_ttl_seconds: u64,
+            kind: Seconds,
+            default: 24 * 3600,
+        }
+        /// How long a receiver may hold an entry before another consumer reclaims it (at least
+        /// 100 ms).
+        receiver_lease: Duration {
+            env: "OUTBOX_RECEIVER_LEASE_MS",
+            file: receiver_lease_ms: u64,
+            kind: Millis,
+            default: 60_000,
+            adjust: |d: Duration| d.max(Duration::from_millis(100)),
+        }
+        /// Entries handled at once per queue (clamped to 1..=1024).
+        receiver_concurrency: usize {
+            env: "OUTBOX_RECEIVER_CONCURRENCY",
+            file: receiver_concurrency: usize,
+            kind: Number<usize>,
+            default: 8,
+            adjust: |n: usize| n.clamp(1, 1024),
+        }
+    }
+}
+
+impl Settings {
+    /// Resolve settings from the file's `[settings]` and the process environment.
+    pub fn resolve(file: &FileSettings) -> Result<Self, ConfigError> {
+        Self::resolve_with(file, |name| std::env::var(name).ok())
+    }
+
+    /// Every setting with its effective value and source (env, file or default), using the
+    /// process environment: what `outbox config` prints.
+    pub fn describe(&self, file: &FileSettings) -> Vec<ShownSetting> {
+        self.describe_with(file, |name| std::env::var(name).ok())
+    }
+
+    /// Handler retry delay after failed attempt `attempt` (1-based).
+    pub fn handler_backoff_after(&self, attempt: u32) -> Duration {
+        let idx = (attempt.max(1) as usize - 1).min(self.handler_backoff.len() - 1);
+        self.handler_backoff[idx]
+    }
+
+    /// Retry delay after failed attempt `attempt` (1-based): 1, 2, 4, ... minutes by default.
+    pub fn backoff_after(&self, attempt: i32) -> Duration {
+        let idx = (attempt.max(1) as usize - 1).min(self.backoff.len() - 1);
+        self.backoff[idx]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    /// A `[settings]` table with one value for every kind of setting.
+    fn file() -> FileSettings {
+        FileSettings {
+            dispatcher_enabled: Some(false),
+            dispatch_batch_size: Some(50),
+            dispatch_interval_ms: Some(250),
+            done_retention_hours: Some(48),
+            dedupe_ttl_seconds: Some(60),
+            backoff_seconds: Some(vec![5, 10]),
+            redis_prefix: Some("file:".into()),
+            plugin_dir: Some("/file/plugins".into()),
+            ..FileSettings::default()
+        }
+    }
+
+    #[test]
+    fn defaults_when_neither_env_nor_file() {
+        let s = Settings::resolve_with(&FileSettings::default(), no_env).unwrap();
+        assert_eq!(s, Settings::default());
+        assert!(s.dispatcher_enabled);
+        assert_eq!(s.dispatch_batch_size, 100);
+        assert_eq!(s.dispatch_interval, Duration::from_millis(1000));
+        assert_eq!(s.done_retention, Duration::from_secs(720 * 3600));
+        assert_eq!(s.dedupe_ttl, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(s.backoff.len(), 6);
+        assert_eq!(s.backoff_after(1), Duration::from_secs(60));
+        assert_eq!(s.backoff_after(99), Duration::from_secs(1920));
+        assert_eq!(s.handler_backoff_after(1), Duration::from_secs(1));
+        assert_eq!(s.redis_prefix, "");
+        assert_eq!(s.plugin_dir, PathBuf::from("plugins/dist"));
+        assert_eq!(s.worker_queue_group, None);
+        assert_eq!(s.max_payload_bytes, DEFAULT_MAX_PAYLOAD_BYTES);
+    }
+
+    #[test]
+    fn file_overrides_defaults_for_every_kind() {
+        let s = Settings::resolve_with(&file(), no_env).unwrap();
+        assert!(!s.dispatcher_enabled);
+        assert_eq!(s.dispatch_batch_size, 50);
+        assert_eq!(s.dispatch_interval, Duration::from_millis(250));
+        assert_eq!(s.done_retention, Duration::from_secs(48 * 3600));
+        assert_eq!(s.dedupe_ttl, Duration::from_secs(60));
+        assert_eq!(
+            s.backoff,
+            vec![Duration::from_secs(5), Duration::from_secs(10)]
+        );
+        assert_eq!(s.redis_prefix, "file:");
+        assert_eq!(s.plugin_dir, PathBuf::from("/file/plugins"));
+    }
+
+    #[test]
+    fn env_overrides_file_for_every_kind() {
+        let env = env_of(&[
+            ("OUTBOX_DISPATCHER_ENABLED", "true"),
+            ("OUTBOX_DISPATCH_BATCH_SIZE", " 7 "),
+            ("OUTBOX_DISPATCH_INTERVAL_MS", "20"),
+            ("OUTBOX_DONE_RETENTION_HOURS", "2"),
+            ("OUTBOX_DEDUPE_TTL_SECONDS", "9"),
+            ("OUTBOX_BACKOFF_SECONDS", "1, 2,3"),
+            ("OUTBOX_REDIS_PREFIX", "env:"),
+            ("OUTBOX_PLUGIN_DIR", "/env/plugins"),
+            ("DATABASE_URL", "postgres://env/db"),
+            ("WORKER_QUEUE_GROUP", "mail"),
+        ]);
+        let s = Settings::resolve_with(&file(), env).unwrap();
+        assert!(s.dispatcher_enabled);
+        assert_eq!(s.dispatch_batch_size, 7);
+        assert_eq!(s.dispatch_interval, Duration::from_millis(20));
+        assert_eq!(s.done_retention, Duration::from_secs(2 * 3600));
+        assert_eq!(s.dedupe_ttl, Duration::from_secs(9));
+        assert_eq!(s.backoff, [1, 2, 3].map(Duration::from_secs).to_vec());
+        assert_eq!(s.redis_prefix, "env:");
+        assert_eq!(s.plugin_dir, PathBuf::from("/env/plugins"));
+        assert_eq!(s.database_url, "postgres://env/db");
+        assert_eq!(s.worker_queue_group.as_deref(), Some("mail"));
+    }
+
+    #[test]
+    fn blank_env_counts_as_unset_except_for_text() {
+        let env = env_of(&[
+            ("OUTBOX_DISPATCH_BATCH_SIZE", "  "),
+            ("OUTBOX_BACKOFF_SECONDS", ""),
+            ("DATABASE_URL", ""),
+            ("WORKER_QUEUE_GROUP", " "),
+            ("OUTBOX_REDIS_PREFIX", ""),
+            ("OUTBOX_HTTP_ADDR", ""),
+        ]);
+        let s = Settings::resolve_with(&file(), env).unwrap();
+        assert_eq!(s.dispatch_batch_size, 50);
+        assert_eq!(
+            s.backoff,
+            vec![Duration::from_secs(5), Duration::from_secs(10)]
+        );
+        assert_eq!(s.database_url, Settings::default().database_url);
+        assert_eq!(s.worker_queue_group, None);
+        // An empty text variable is a value: no prefix, HTTP endpoint off.
+        assert_eq!(s.redis_prefix, "");
+        assert_eq!(s.http_addr, "");
+    }
+
+    #[test]
+    fn out_of_range_values_are_clamped() {
+        let env = env_of(&[
+            ("OUTBOX_DISPATCH_BATCH_SIZE", "0"),
+            ("OUTBOX_DONE_RETENTION_BATCH_SIZE", "1000000"),
+            ("OUTBOX_DISPATCH_CONCURRENCY", "0"),
+            ("OUTBOX_RECEIVER_CONCURRENCY", "5000"),
+            ("OUTBOX_MAX_RETRIES", "-3"),
+            ("OUTBOX_CLAIM_LEASE_MS", "1"),
+            ("OUTBOX_RECEIVER_LEASE_MS", "0"),
+        ]);
+        let s = Settings::resolve_with(&FileSettings::default(), env).unwrap();
+        assert_eq!(s.dispatch_batch_size, 1);
+        assert_eq!(s.done_retention_batch_size, 10_000);
+        assert_eq!(s.dispatch_concurrency, 1);
+        assert_eq!(s.receiver_concurrency, 1024);
+        assert_eq!(s.max_retries, 0);
+        assert_eq!(s.claim_lease, Duration::from_millis(100));
+        assert_eq!(s.receiver_lease, Duration::from_millis(100));
+    }
+
+    fn env_error(name: &str, value: &str) -> (String, String, String) {
+        match Settings::resolve_with(&FileSettings::default(), env_of(&[(name, value)])) {
+            Err(ConfigError::Env {
+                name,
+                value,
+                message,
+            }) => (name, value, message),
+            other => panic!("{name}={value:?}: expected an env error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unparsable_integer_env_names_the_variable_and_value() {
+        let (name, value, _) = env_error("OUTBOX_DISPATCH_BATCH_SIZE", "lots");
+        assert_eq!(
+            (name.as_str(), value.as_str()),
+            ("OUTBOX_DISPATCH_BATCH_SIZE", "lots")
+        );
+        let err = Settings::resolve_with(
+            &FileSettings::default(),
+            env_of(&[("OUTBOX_MAX_RETRIES", "six")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("OUTBOX_MAX_RETRIES") && err.contains("six"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn negative_duration_env_is_refused() {
+        let (name, value, _) = env_error("OUTBOX_CLAIM_LEASE_MS", "-5");
+        assert_eq!(
+            (name.as_str(), value.as_str()),
+            ("OUTBOX_CLAIM_LEASE_MS", "-5")
+        );
+        env_error("OUTBOX_DONE_RETENTION_HOURS", "1.5");
+        env_error("OUTBOX_IDEMPOTENCY_TTL_SECONDS", "1h");
+    }
+
+    #[test]
+    fn unparsable_bool_env_is_refused() {
+        let (name, value, message) = env_error("OUTBOX_DISPATCHER_ENABLED", "yes");
+        assert_eq!(
+            (name.as_str(), value.as_str()),
+            ("OUTBOX_DISPATCHER_ENABLED", "yes")
+        );
+        assert!(message.contains("true"), "{message}");
+    }
+
+    #[test]
+    fn unparsable_seconds_list_env_is_refused_with_a_hint() {
+        let (name, value, message) = env_error("OUTBOX_BACKOFF_SECONDS", "60,,120");
+        assert_eq!(
+            (name.as_str(), value.as_str()),
+            ("OUTBOX_BACKOFF_SECONDS", "60,,120")
+        );
+        assert!(message.contains("comma-separated seconds"), "{message}");
+        let (name, _, _) = env_error("OUTBOX_HANDLER_BACKOFF_SECONDS", "1m");
+        assert_eq!(name, "OUTBOX_HANDLER_BACKOFF_SECONDS");
+    }
+
+    #[test]
+    fn empty_backoff_list_in_file_is_refused() {
+        for file in [
+            FileSettings {
+                backoff_seconds: Some(vec![]),
+                ..FileSettings::default()
+            },
+            FileSettings {
+                handler_backoff_seconds: Some(vec![]),
+                ..FileSettings::default()
+            },
+        ] {
+            let key = if file.backoff_seconds.is_some() {
+                "backoff_seconds"
+            } else {
+                "handler_backoff_seconds"
+            };
+            assert_eq!(
+                file.check(),
+                Err(format!("[settings] {key} must not be empty"))
+            );
+            match Settings::resolve_with(&file, no_env) {
+                Err(ConfigError::Setting { key: k, message }) => {
+                    assert_eq!(k, key);
+                    assert_eq!(message, "must not be empty");
+                }
+                other => panic!("expected a settings error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn env_wins_over_an_invalid_file_value() {
+        let file = FileSettings {
+            backoff_seconds: Some(vec![]),
+            ..FileSettings::default()
+        };
+        let s = Settings::resolve_with(&file, env_of(&[("OUTBOX_BACKOFF_SECONDS", "4")])).unwrap();
+        assert_eq!(s.backoff, vec![Duration::from_secs(4)]);
+    }
+
+    #[test]
+    fn unknown_file_key_is_refused() {
+        let err = toml::from_str::<FileSettings>("dispatch_batch = 5").unwrap_err();
+        assert!(err.to_string().contains("dispatch_batch"), "{err}");
+    }
+
+    #[test]
+    fn defaults_meet_their_own_rules() {
+        let defaults = FileSettings {
+            backoff_seconds: Some(vec![60, 120, 240, 480, 960, 1920]),
+            handler_backoff_seconds: Some(vec![1, 5, 30, 120, 600]),
+            ..FileSettings::default()
+        };
+        assert_eq!(defaults.check(), Ok(()));
+        assert!(!Settings::default().handler_backoff.is_empty());
+    }
+
+    #[test]
+    fn every_file_setting_is_named_after_its_env_var() {
+        let shown = Settings::default().describe_with(&FileSettings::default(), no_env);
+        for s in &shown {
+            if let Some(key) = s.file_key {
+                assert_eq!(s.env, format!("OUTBOX_{}", key.to_uppercase()));
+            }
+        }
+        let keys = shown.iter().filter(|s| s.file_key.is_some()).count();
+        assert_eq!(keys, Settings::ENV_VARS.len() - 3);
+    }
+
+    #[test]
+    fn describe_covers_every_env_var_with_source_and_no_secret() {
+        let env = env_of(&[
+            ("REDIS_URL", "redis://:s3cret@cache:6379/"),
+            ("OUTBOX_DISPATCH_BATCH_SIZE", "20"),
+        ]);
+        let file = file();
+        let settings = Settings::resolve_with(&file, &env).unwrap();
+        let shown = settings.describe_with(&file, &env);
+        let names: Vec<&str> = shown.iter().map(|s| s.env).collect();
+        assert_eq!(names, Settings::ENV_VARS);
+        let get = |name: &str| shown.iter().find(|s| s.env == name).unwrap();
+        assert_eq!(get("REDIS_URL").value, "redis://@cache:6379/");
+        assert_eq!(get("REDIS_URL").source, SettingSource::Env);
+        assert_eq!(get("OUTBOX_DISPATCH_BATCH_SIZE").value, "20");
+        assert_eq!(get("OUTBOX_DISPATCH_BATCH_SIZE").source, SettingSource::Env);
+        assert_eq!(get("OUTBOX_BACKOFF_SECONDS").value, "5,10");
+        assert_eq!(get("OUTBOX_BACKOFF_SECONDS").source, SettingSource::File);
+        assert_eq!(get("OUTBOX_DONE_RETENTION_HOURS").value, "48");
+        assert_eq!(get("OUTBOX_DISPATCH_INTERVAL_MS").value, "250");
+        assert_eq!(get("OUTBOX_PLUGIN_DIR").value, "/file/plugins");
+        assert_eq!(get("OUTBOX_HTTP_ADDR").source, SettingSource::Default);
+        assert_eq!(get("WORKER_QUEUE_GROUP").value, "(all)");
+        assert_eq!(get("WORKER_QUEUE_GROUP").source, SettingSource::Default);
+        assert!(shown.iter().all(|s| !s.value.contains("s3cret")));
+    }
+}
