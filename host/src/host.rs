@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::dispatch::{self, Dispatcher};
-use crate::plugin::reload::{build_router, LiveConfig};
-use crate::plugin::{PluginEngine, PluginError, PluginRegistry};
+use crate::live_config::LiveConfig;
+use crate::plugin::{PluginError, PluginRegistry};
 use crate::receive::Receivers;
 use crate::routing::{Router, RouterHandle};
 use crate::store;
@@ -292,24 +292,10 @@ pub fn default_worker_id() -> String {
     )
 }
 
-/// Create the plugin engine and registry for `config`, load the plugins it declares (a plugin
-/// that fails to load is logged; the router falls back to the native table) and build the router.
+/// Load the plugins `config` declares and build its router: [`LiveConfig::start`], with the
+/// host's error type.
 pub async fn start_plugins(config: &Config) -> Result<LiveConfig, HostError> {
-    let engine = PluginEngine::new()?;
-    let registry = Arc::new(PluginRegistry::new(
-        engine,
-        config.settings.plugin_dir.clone(),
-    ));
-    for error in registry.apply_config_lenient(&config.routes).await {
-        tracing::error!("{error}");
-    }
-    let router = RouterHandle::from_box(build_router(&registry, &config.routes));
-    Ok(LiveConfig {
-        registry,
-        routes: Arc::new(arc_swap::ArcSwap::from_pointee(config.routes.clone())),
-        router,
-        routes_path: config.path.clone(),
-    })
+    Ok(LiveConfig::start(config).await?)
 }
 
 async fn heartbeat_loop(

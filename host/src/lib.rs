@@ -27,6 +27,7 @@ pub mod config;
 pub mod dispatch;
 pub mod host;
 pub mod http;
+pub mod live_config;
 pub mod ops;
 pub mod plugin;
 pub mod publish;

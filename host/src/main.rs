@@ -290,10 +290,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = store::connect(&settings.database_url, 4).await?;
             store::migrate(&pool).await?;
             let sink = outbox_host::sink::RedisSink::from_settings(&settings).await?;
+            // Route exactly as `outbox run` would: router plugin, overrides, fallback table.
+            let live = outbox_host::live_config::LiveConfig::start(&config).await?;
             let dispatcher = outbox_host::dispatch::Dispatcher::new(
                 pool,
                 sink,
-                outbox_host::routing::RouterHandle::new(config.routes.route_table()),
+                live.router.clone(),
                 settings,
                 outbox_host::host::default_worker_id(),
             );
@@ -366,10 +368,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             RoutesCommand::Which { event_type } => {
                 publish::validate_event_type(&event_type)?;
                 let config = load_config(&cli.config)?;
-                println!(
-                    "{}",
-                    ops::explain_route(&config.routes.route_table(), &event_type)
-                );
+                let live = outbox_host::live_config::LiveConfig::start(&config).await?;
+                let router = live.router.current();
+                let explanation =
+                    blocking(move || Ok(ops::explain_route(router.as_ref().as_ref(), &event_type)))
+                        .await?;
+                println!("{explanation}");
             }
         },
         Command::Config => {

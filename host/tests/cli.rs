@@ -394,3 +394,141 @@ async fn cli_dead_letter_list_replay_and_drop() {
         .await
         .unwrap();
 }
+
+/// A routes file whose `[router.overrides]` sends `special.` through a second instance of the
+/// prefix-router plugin configured to pick `outbox.webhook`, where the native table says
+/// `outbox.audit`; `legacy.` stays on the native table; everything else goes through the default
+/// router plugin.
+const OVERRIDE_ROUTES: &str = r#"
+[routes]
+"mail." = "outbox.mail"
+"special." = "outbox.audit"
+"legacy." = "outbox.audit"
+
+[router]
+plugin = "prefix-router"
+
+[router.overrides]
+"special." = "special-router"
+"legacy." = "native"
+
+[policy]
+plugin = "deny-all"
+
+[plugins.prefix-router]
+
+[plugins.special-router]
+file = "prefix-router.wasm"
+config = { routes = { "special." = "outbox.webhook" } }
+"#;
+
+/// `outbox` with `routes` as its config file, plugins from `plugins/dist` and its own Redis prefix.
+fn outbox_with_routes(
+    db_url: &str,
+    routes: &std::path::Path,
+    prefix: &str,
+    args: &[&str],
+) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("OUTBOX_CONFIG", routes)
+        .env("OUTBOX_PLUGIN_DIR", repo_path("plugins/dist"))
+        .env("OUTBOX_REDIS_PREFIX", prefix)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run outbox")
+}
+
+fn write_override_routes(name: &str) -> std::path::PathBuf {
+    let file = std::env::temp_dir().join(format!(
+        "outbox-cli-{name}-{}-routes.toml",
+        std::process::id()
+    ));
+    std::fs::write(&file, OVERRIDE_ROUTES).unwrap();
+    file
+}
+
+#[test]
+fn cli_routes_which_names_the_router_plugin_that_decides() {
+    let routes = write_override_routes("which");
+    let which = |event_type: &str| {
+        let out = outbox_with_routes(
+            "postgres://unused",
+            &routes,
+            "unused:",
+            &["routes", "which", event_type],
+        );
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        stdout.trim().to_string()
+    };
+    assert_eq!(
+        which("special.created"),
+        "special.created -> outbox.webhook (router plugin \"special-router\")"
+    );
+    assert_eq!(
+        which("mail.welcome"),
+        "mail.welcome -> outbox.mail (router plugin \"prefix-router\")"
+    );
+    assert_eq!(
+        which("legacy.thing"),
+        "legacy.thing -> outbox.audit (rule \"legacy.\")"
+    );
+    let nope = which("nope.x");
+    assert!(
+        nope.starts_with("nope.x: no route") && nope.ends_with("(router plugin \"prefix-router\")"),
+        "{nope}"
+    );
+    std::fs::remove_file(&routes).ok();
+}
+
+async fn xlen(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("XLEN").arg(key).query_async(conn).await.unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_drain_routes_through_the_configured_override_plugin(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let routes = write_override_routes(&db);
+    let prefix = format!("cli-drain-{db}:");
+    let run = |args: &[&str]| {
+        let out = outbox_with_routes(&url, &routes, &prefix, args);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        stdout
+    };
+    run(&["publish", "special.created", "--payload", "{}"]);
+    run(&["publish", "mail.welcome", "--payload", "{}"]);
+    let drained = run(&["drain"]);
+    assert!(drained.contains("drained: 2 claimed, 2 done"), "{drained}");
+    std::fs::remove_file(&routes).ok();
+
+    let client = redis::Client::open(
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into()),
+    )
+    .unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    assert_eq!(
+        xlen(&mut conn, &format!("{prefix}outbox.webhook")).await,
+        1,
+        "the override plugin decided"
+    );
+    assert_eq!(
+        xlen(&mut conn, &format!("{prefix}outbox.audit")).await,
+        0,
+        "not the native table"
+    );
+    assert_eq!(xlen(&mut conn, &format!("{prefix}outbox.mail")).await, 1);
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{prefix}outbox.webhook"))
+        .arg(format!("{prefix}outbox.audit"))
+        .arg(format!("{prefix}outbox.mail"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_host::host::start_plugins;
-use outbox_host::plugin::reload::LiveConfig;
+use outbox_host::live_config::LiveConfig;
 use outbox_host::receive::{DeadLetters, HandledAs, QueueEntry, Receivers};
 use outbox_host::NewEvent;
 use outbox_tests::{PluginFixture, TestEnv};

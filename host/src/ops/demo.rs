@@ -185,11 +185,16 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bar.finish_and_clear();
+    let router = host.router().current();
     host.shutdown().await;
 
     let mut per_queue: BTreeMap<String, (u64, Vec<&str>)> = BTreeMap::new();
     for (event_type, _) in DEMO_MIX {
-        if let RouteDecision::Queues(queues) = table.route(event_type) {
+        let event = store::ClaimedEvent::unclaimed(0, *event_type, "{}");
+        if let Ok(Some(RouteDecision::Queues(queues))) = router
+            .route_batch(std::slice::from_ref(&event))
+            .map(|d| d.into_iter().next())
+        {
             for q in queues {
                 per_queue.entry(q).or_default().1.push(event_type);
             }

@@ -4,8 +4,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::{PgPool, Row};
 
 use crate::config::{Config, ShownSetting};
-use crate::routing::{RouteDecision, RouteTable};
-use crate::store;
+use crate::routing::{RouteDecider, RouteDecision, Router};
+use crate::store::{self, ClaimedEvent};
 
 /// Print the status counts (and per-type failures) of the outbox.
 pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
@@ -77,18 +77,35 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Explain where `event_type` goes under `table`.
-pub fn explain_route(table: &RouteTable, event_type: &str) -> String {
-    match table.rule_for(event_type) {
-        Some(rule) => format!(
-            "{event_type} -> {} (rule \"{}\")",
-            rule.queues.join(", "),
-            rule.prefix
-        ),
-        None => match table.route(event_type) {
-            RouteDecision::NoRoute(reason) => format!("{event_type}: {reason}"),
-            other => format!("{event_type}: {other:?}"),
-        },
+/// Explain where `event_type` goes under `router` (built by
+/// [`build_router`](crate::routing::build_router)): the queues and the table rule that picked
+/// them, or, for a router plugin, the plugin and what it answered for an event of that type with
+/// an empty payload.
+pub fn explain_route(router: &dyn Router, event_type: &str) -> String {
+    let event = ClaimedEvent::unclaimed(0, event_type, "{}");
+    let decision = match router.route_batch(std::slice::from_ref(&event)) {
+        Ok(mut decisions) if decisions.len() == 1 => decisions.remove(0),
+        Ok(decisions) => RouteDecision::Error(format!(
+            "router {} returned {} decisions for 1 event",
+            router.name(),
+            decisions.len()
+        )),
+        Err(e) => RouteDecision::Error(e.to_string()),
+    };
+    let by = match router.decider(event_type) {
+        RouteDecider::Rule(rule) => format!("rule \"{}\"", rule.prefix),
+        RouteDecider::NoRule => String::new(),
+        RouteDecider::Router(name) => format!("router plugin \"{name}\""),
+    };
+    let outcome = match decision {
+        RouteDecision::Queues(queues) => format!("{event_type} -> {}", queues.join(", ")),
+        RouteDecision::NoRoute(reason) => format!("{event_type}: {reason}"),
+        RouteDecision::Error(message) => format!("{event_type}: routing failed: {message}"),
+    };
+    if by.is_empty() {
+        outcome
+    } else {
+        format!("{outcome} ({by})")
     }
 }
 

@@ -11,49 +11,43 @@ use super::bindings::router_world::exports::outbox::plugin::router_api::RouteDec
 use super::bindings::WitEvent;
 use super::{PluginError, PluginRegistry};
 use crate::config::RoutesFile;
-use crate::routing::{RouteDecision, RouteTable, Router, RouterError};
+use crate::routing::{
+    PrefixMatcher, RouteDecider, RouteDecision, RouteTable, Router, RouterError, TypePattern,
+};
 use crate::store::ClaimedEvent;
 
 /// Routes with router plugins from the registry, as `[router]` in `routes.toml` says.
 pub struct PluginRouter {
     registry: Arc<PluginRegistry>,
     default_plugin: String,
-    /// (prefix, plugin) most specific first; plugin `native` means the built-in table.
-    overrides: Vec<(String, String)>,
+    /// `[router.overrides]`: prefix -> plugin; plugin `native` means the built-in table.
+    overrides: PrefixMatcher<String>,
     native: RouteTable,
 }
 
 impl PluginRouter {
     /// A router for `routes` (its `[router]` section and table) over loaded plugins.
     pub fn new(registry: Arc<PluginRegistry>, routes: &RoutesFile) -> Self {
-        let mut overrides: Vec<(String, String)> =
-            routes.router.overrides.clone().into_iter().collect();
-        overrides.sort_by(|a, b| {
-            b.0.len()
-                .cmp(&a.0.len())
-                .then(b.0.starts_with('*').cmp(&a.0.starts_with('*')).reverse())
-        });
         Self {
             registry,
             default_plugin: routes.router.plugin.clone(),
-            overrides,
+            overrides: PrefixMatcher::new(
+                routes
+                    .router
+                    .overrides
+                    .iter()
+                    .map(|(prefix, plugin)| (TypePattern::new(prefix.clone()), plugin.clone())),
+            ),
             native: routes.route_table(),
         }
     }
 
+    /// The router plugin that routes `event_type`: the most specific override, or the default
+    /// plugin (`native`: the built-in table).
     fn plugin_for(&self, event_type: &str) -> &str {
-        for (prefix, plugin) in &self.overrides {
-            let matches = match prefix.strip_prefix('*') {
-                Some(rest) => event_type
-                    .find('.')
-                    .is_some_and(|dot| event_type[dot..].starts_with(rest)),
-                None => event_type.starts_with(prefix.as_str()),
-            };
-            if matches {
-                return plugin;
-            }
-        }
-        &self.default_plugin
+        self.overrides
+            .find(event_type)
+            .map_or(self.default_plugin.as_str(), |(_, plugin)| plugin.as_str())
     }
 
     /// Route `events` with one router plugin (one instantiation, one call for the batch).
@@ -114,6 +108,13 @@ pub fn to_wit_event(e: &ClaimedEvent) -> WitEvent {
 impl Router for PluginRouter {
     fn name(&self) -> &str {
         &self.default_plugin
+    }
+
+    fn decider(&self, event_type: &str) -> RouteDecider {
+        match self.plugin_for(event_type) {
+            "native" => self.native.decider(event_type),
+            plugin => RouteDecider::Router(plugin.to_string()),
+        }
     }
 
     fn route_batch(&self, events: &[ClaimedEvent]) -> Result<Vec<RouteDecision>, RouterError> {

@@ -1,0 +1,125 @@
+//! Routing: decides which queues an event goes to.
+//!
+//! Owns the [`Router`] seam the dispatcher calls with a batch of claimed events, the one way to
+//! build a router from `routes.toml` ([`build_router`]), the native [`RouteTable`] and the
+//! [`TypePattern`]/[`PrefixMatcher`] that every prefix rule (table and `[router.overrides]`)
+//! matches with. The WebAssembly router plugin implements the same trait. A router never touches
+//! the database or Redis: it only maps events to queue names, so it can be swapped (hot reload)
+//! between two batches.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::config::RoutesFile;
+use crate::plugin::{PluginRegistry, PluginRouter};
+use crate::store::ClaimedEvent;
+
+mod pattern;
+mod table;
+
+pub use pattern::{PrefixMatcher, Specificity, TypePattern};
+pub use table::{no_route_message, RouteRule, RouteTable};
+
+/// The router `routes` asks for: the native table, or router plugins from the registry (the
+/// default `[router] plugin` plus `[router.overrides]`). When the default router plugin is not
+/// loaded, routes with the native table and says so. `outbox run`, `outbox drain`, `outbox routes
+/// which` and the demo all build their router here.
+pub fn build_router(registry: &Arc<PluginRegistry>, routes: &RoutesFile) -> Box<dyn Router> {
+    if routes.router.plugin == "native" && routes.router.overrides.is_empty() {
+        return Box::new(routes.route_table());
+    }
+    if routes.router.plugin != "native" && registry.get(&routes.router.plugin).is_none() {
+        tracing::error!(
+            plugin = %routes.router.plugin,
+            dir = %registry.dir().display(),
+            "router plugin not loaded; routing with the built-in table (build plugins with scripts/build-plugins.sh)"
+        );
+        return Box::new(routes.route_table());
+    }
+    Box::new(PluginRouter::new(registry.clone(), routes))
+}
+
+/// Where one event goes, as decided by a [`Router`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteDecision {
+    /// Hand the event to these queues (more than one: fan-out). Never empty.
+    Queues(Vec<String>),
+    /// No rule matches: the event fails at once with this explanation.
+    NoRoute(String),
+    /// Routing this one event failed (e.g. the router plugin trapped): retry later.
+    Error(String),
+}
+
+/// A failure of a whole routing call (not of one event).
+#[derive(Debug, thiserror::Error)]
+#[error("router {router}: {message}")]
+pub struct RouterError {
+    /// Name of the router that failed.
+    pub router: String,
+    /// What went wrong, readable by an operator (ends up in `last_error`).
+    pub message: String,
+}
+
+/// Maps a batch of events to queue lists. Implemented by the native [`RouteTable`] and by the
+/// WebAssembly router plugin. Calls are synchronous and may be CPU-bound; the dispatcher runs
+/// them off the async executor.
+pub trait Router: Send + Sync {
+    /// Short name for logs and errors (`native-table`, `prefix-router`, ...).
+    fn name(&self) -> &str;
+
+    /// Route `events`, returning exactly one decision per event, in order.
+    fn route_batch(&self, events: &[ClaimedEvent]) -> Result<Vec<RouteDecision>, RouterError>;
+
+    /// What decides the route of `event_type` (for `outbox routes which`). By default the
+    /// router itself, by its [`Router::name`].
+    fn decider(&self, event_type: &str) -> RouteDecider {
+        let _ = event_type;
+        RouteDecider::Router(self.name().to_string())
+    }
+}
+
+/// What decides the route of one event type, as a [`Router`] explains it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteDecider {
+    /// This rule of the native table.
+    Rule(RouteRule),
+    /// The native table, where no rule matches.
+    NoRule,
+    /// The router (plugin) of this name.
+    Router(String),
+}
+
+/// The router currently serving, swapped atomically on reload: a batch routes with the router
+/// it loaded at its start, the next batch sees the new one.
+#[derive(Clone)]
+pub struct RouterHandle(Arc<arc_swap::ArcSwap<Box<dyn Router>>>);
+
+impl RouterHandle {
+    /// Serve `router`.
+    pub fn new(router: impl Router + 'static) -> Self {
+        Self::from_box(Box::new(router))
+    }
+
+    /// Serve an already boxed router.
+    pub fn from_box(router: Box<dyn Router>) -> Self {
+        Self(Arc::new(arc_swap::ArcSwap::from_pointee(router)))
+    }
+
+    /// The router serving now.
+    pub fn current(&self) -> Arc<Box<dyn Router>> {
+        self.0.load_full()
+    }
+
+    /// Replace the router; calls already running finish on the old one.
+    pub fn replace(&self, router: Box<dyn Router>) {
+        self.0.store(Arc::new(router));
+    }
+}
+
+impl fmt::Debug for RouterHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RouterHandle")
+            .field(&self.current().name())
+            .finish()
+    }
+}
