@@ -4,7 +4,7 @@
 //! own transaction) → [`store`] (claim with a lease) → [`dispatch`] (the claim loop) →
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
-//! runtime behind routing, handlers and capability checks) → [`ops`] (operators).
+//! runtime behind routing, handlers and capability checks); operators use the `outbox` command (crate `outbox-cli`).
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
 //!
@@ -25,7 +25,6 @@ pub mod config;
 pub mod dispatch;
 pub mod host;
 pub mod http;
-pub mod ops;
 pub mod plugin;
 pub mod publish;
 pub mod receive;
