@@ -4,7 +4,8 @@
 //! own transaction) → [`store`] (claim with a lease) → [`dispatch`] (the claim loop) →
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
-//! runtime behind routing, handlers and capability checks); operators use the `outbox` command (crate `outbox-cli`).
+//! runtime behind routing, handlers and capability checks). Operators use the `outbox`
+//! command (crate `outbox-cli`); this library never prints.
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
 //!
