@@ -12,4 +12,4 @@ fi
 if [ ! -f plugins/dist/prefix-router.wasm ]; then
   scripts/build-plugins.sh
 fi
-exec cargo run -q -p outbox-host --bin outbox -- demo "$@"
+exec cargo run -q -p outbox-cli --bin outbox -- demo "$@"

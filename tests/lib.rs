@@ -254,7 +254,7 @@ impl TestEnv {
             .await
             .unwrap();
         let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-        outbox_host::ops::with_database(&base, &db)
+        outbox_host::store::with_database(&base, &db)
     }
 
     /// Make every pending event due now (skip the backoff wait).

@@ -5,7 +5,8 @@
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
 //! runtime behind routing, handlers and capability checks) → [`capability`] (what a handler may
-//! ask of the host: policy, publish, kv, http, request signing) → [`ops`] (operators).
+//! ask of the host: policy, publish, kv, http, request signing). Operators use the `outbox`
+//! command (crate `outbox-cli`); this library never prints.
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
 //!
@@ -28,7 +29,6 @@ pub mod dispatch;
 pub mod host;
 pub mod http;
 pub mod live_config;
-pub mod ops;
 pub mod plugin;
 pub mod publish;
 pub mod receive;

@@ -406,8 +406,7 @@ macro_rules! declare_settings {
 
         impl Settings {
             /// Every environment variable a setting reads, in the order `outbox config` shows.
-            #[cfg(test)]
-            pub(crate) const ENV_VARS: &'static [&'static str] = &[$($eenv,)+ $($env,)+];
+            pub const ENV_VARS: &'static [&'static str] = &[$($eenv,)+ $($env,)+];
 
             /// Resolve with an explicit environment lookup (tests use a map).
             pub fn resolve_with(

@@ -2,7 +2,7 @@
 //! native table, commit-to-enqueue latency, receiver throughput with a trivial handler plugin,
 //! and the cost of a capability-policy check in WebAssembly against the same check in Rust.
 //!
-//! `cargo run --release -p outbox-host --bin outbox-bench` from the repository root (PostgreSQL
+//! `cargo run --release -p outbox-cli --bin outbox-bench` from the repository root (PostgreSQL
 //! and Redis running, plugins built into `plugins/dist`). Uses its own database (`outbox_bench`,
 //! recreated) and Redis prefix (`outbox-bench:`, cleared). `--only receive,policy` runs some
 //! sections (`dispatch`, `plugins`, `latency`, `receive`, `policy`; default all).
@@ -25,7 +25,7 @@ use outbox_host::plugin::{CapabilityPolicy, LoadedPlugin};
 use outbox_host::receive::{HandledAs, QueueEntry, Receivers, CONSUMER_GROUP};
 use outbox_host::routing::RouterHandle;
 use outbox_host::sink::RedisSink;
-use outbox_host::{ops, publish, store, NewEvent};
+use outbox_host::{publish, store, NewEvent};
 use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -93,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
         .execute(&admin)
         .await?;
     admin.close().await;
-    settings.database_url = ops::with_database(&settings.database_url, "outbox_bench");
+    settings.database_url = store::with_database(&settings.database_url, "outbox_bench");
     settings.redis_prefix = PREFIX.into();
     settings.dispatch_batch_size = args.batch;
     settings.http_addr = String::new();

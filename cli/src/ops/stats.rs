@@ -1,38 +1,25 @@
-//! `outbox stats`, `outbox routes which` and `outbox config`.
+//! `outbox stats`, `outbox routes which` and `outbox config`: the queries are the store's, the
+//! tables and JSON are made here.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
-use crate::config::{Config, ShownSetting};
-use crate::routing::{RouteDecider, RouteDecision, Router};
-use crate::store::{self, ClaimedEvent};
+use outbox_host::config::{Config, ShownSetting};
+use outbox_host::routing::{RouteDecider, RouteDecision, Router};
+use outbox_host::store::{self, ClaimedEvent};
 
-/// Print the status counts (and per-type failures) of the outbox.
+/// Print the status counts (and per-type failures and live workers) of the outbox.
 pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     let counts = store::status_counts(pool).await?;
-    let failed_by_type: Vec<(String, i64)> = sqlx::query(
-        "SELECT event_type, count(*) AS n FROM outbox_event WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC LIMIT 20",
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|r| (r.get("event_type"), r.get("n")))
-    .collect();
-    let workers: Vec<(String, String, f64)> = sqlx::query(
-        "SELECT id, host_name, extract(epoch FROM now() - last_seen)::float8 AS age FROM outbox_worker ORDER BY last_seen DESC LIMIT 20",
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|r| (r.get("id"), r.get("host_name"), r.get("age")))
-    .collect();
+    let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
+    let workers = store::recent_workers(pool, 20).await?;
     if json {
         println!(
             "{}",
             serde_json::json!({
                 "status": counts,
-                "failed_by_type": failed_by_type.iter().map(|(t, n)| serde_json::json!({"event_type": t, "count": n})).collect::<Vec<_>>(),
-                "workers": workers.iter().map(|(id, h, age)| serde_json::json!({"id": id, "host": h, "last_seen_seconds_ago": age})).collect::<Vec<_>>(),
+                "failed_by_type": failed_by_type,
+                "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago})).collect::<Vec<_>>(),
             })
         );
         return Ok(());
@@ -56,8 +43,8 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED)
             .set_header(vec!["failed event type", "events"]);
-        for (ty, n) in failed_by_type {
-            t.add_row(vec![Cell::new(ty), Cell::new(n)]);
+        for f in failed_by_type {
+            t.add_row(vec![Cell::new(f.event_type), Cell::new(f.count)]);
         }
         println!("{t}");
     }
@@ -65,11 +52,11 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED)
             .set_header(vec!["worker", "host", "last seen"]);
-        for (id, host, age) in workers {
+        for w in workers {
             t.add_row(vec![
-                Cell::new(id),
-                Cell::new(host),
-                Cell::new(format!("{age:.0} s ago")),
+                Cell::new(w.id),
+                Cell::new(w.host_name),
+                Cell::new(format!("{:.0} s ago", w.last_seen_seconds_ago)),
             ]);
         }
         println!("{t}");
@@ -78,7 +65,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
 }
 
 /// Explain where `event_type` goes under `router` (built by
-/// [`build_router`](crate::routing::build_router)): the queues and the table rule that picked
+/// [`build_router`](outbox_host::routing::build_router)): the queues and the table rule that picked
 /// them, or, for a router plugin, the plugin and what it answered for an event of that type with
 /// an empty payload.
 pub fn explain_route(router: &dyn Router, event_type: &str) -> String {
@@ -133,7 +120,7 @@ fn render_settings(shown: &[ShownSetting]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FileSettings, Settings};
+    use outbox_host::config::{FileSettings, Settings};
 
     #[test]
     fn outbox_config_output_names_every_setting_with_its_source() {

@@ -3,21 +3,20 @@
 use std::time::{Duration, Instant};
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
-use sqlx::Row;
 
-use crate::config::Config;
-use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
+use anyhow::Context as _;
+use outbox_host::config::Config;
+use outbox_host::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
     Delivery, Outcome,
 };
-use crate::plugin::bindings::policy_world::exports::outbox::plugin::policy_api::{
+use outbox_host::plugin::bindings::policy_world::exports::outbox::plugin::policy_api::{
     CapabilityRequest, Decision,
 };
-use crate::plugin::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitRouteDecision;
-use crate::plugin::engine::Prepared;
-use crate::plugin::registry::{compile_bytes, plugin_config_json, CompiledPlugin};
-use crate::plugin::{PluginEngine, PluginInfo, PluginLimits, World, WIT_VERSION};
-use crate::store;
-use anyhow::Context as _;
+use outbox_host::plugin::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitRouteDecision;
+use outbox_host::plugin::engine::Prepared;
+use outbox_host::plugin::registry::{compile_bytes, plugin_config_json, CompiledPlugin};
+use outbox_host::plugin::{PluginEngine, PluginInfo, PluginLimits, World, WIT_VERSION};
+use outbox_host::store;
 
 /// A heartbeat older than this means the host is not running.
 const LIVE_HEARTBEAT_SECONDS: u32 = 60;
@@ -167,30 +166,20 @@ pub async fn live_plugin_workers(database_url: &str) -> anyhow::Result<Vec<LiveP
                 store::redact(database_url)
             )
         })??;
-    let rows = sqlx::query(
-        "SELECT id, host_name, extract(epoch FROM now() - last_seen)::float8 AS age, \
-                (counters->'plugins')::text AS plugins \
-         FROM outbox_worker \
-         WHERE last_seen > now() - make_interval(secs => $1) \
-           AND jsonb_typeof(counters->'plugins') = 'array' \
-         ORDER BY id",
-    )
-    .bind(LIVE_HEARTBEAT_SECONDS as f64)
-    .fetch_all(&pool)
-    .await
-    .context("reading host heartbeats (outbox_worker)");
+    let heartbeats =
+        store::live_workers_with_plugins(&pool, Duration::from_secs(LIVE_HEARTBEAT_SECONDS.into()))
+            .await;
     pool.close().await;
-    rows?
+    heartbeats?
         .into_iter()
-        .map(|r| {
-            let id: String = r.get("id");
-            let plugins: String = r.get("plugins");
+        .map(|w| {
+            let plugins = w.counters.get("plugins").cloned().unwrap_or_default();
             Ok(LivePluginWorker {
-                plugins: serde_json::from_str(&plugins)
-                    .with_context(|| format!("worker {id}: unreadable plugin list"))?,
-                host: r.get("host_name"),
-                last_seen_seconds_ago: r.get("age"),
-                id,
+                plugins: serde_json::from_value(plugins)
+                    .with_context(|| format!("worker {}: unreadable plugin list", w.id))?,
+                host: w.host_name,
+                last_seen_seconds_ago: w.last_seen_seconds_ago,
+                id: w.id,
             })
         })
         .collect()
@@ -371,7 +360,8 @@ fn event_from_arg(arg: serde_json::Value, n: usize) -> anyhow::Result<store::Cla
     let arg: EventArg = serde_json::from_value(arg).with_context(|| {
         format!("event {n}: expected {{\"event_type\": \"...\", \"payload\": {{...}}, \"tenant_id\"?: \"...\", \"id\"?: n}}")
     })?;
-    crate::publish::validate_event_type(&arg.event_type).with_context(|| format!("event {n}"))?;
+    outbox_host::publish::validate_event_type(&arg.event_type)
+        .with_context(|| format!("event {n}"))?;
     let payload = arg.payload.unwrap_or_else(|| serde_json::json!({}));
     anyhow::ensure!(
         payload.is_object(),
@@ -447,7 +437,8 @@ fn call_config(
         ));
     }
     if world == World::Router {
-        let spec: crate::config::PluginSpec = toml::from_str("").context("an empty plugin spec")?;
+        let spec: outbox_host::config::PluginSpec =
+            toml::from_str("").context("an empty plugin spec")?;
         return Ok((
             plugin_config_json(name, &spec, &config.routes, world),
             format!("the routing table of {source}"),
@@ -475,7 +466,7 @@ pub fn call_plugin_file(
         "{name}: world {world}, sha256 {}, config: {config_source}\n",
         short_hash(&compiled.hash)
     );
-    let failed = |e: crate::plugin::PluginError, took: Duration| {
+    let failed = |e: outbox_host::plugin::PluginError, took: Duration| {
         anyhow::anyhow!("{e} (after {:.1} ms)", took.as_secs_f64() * 1e3)
     };
     let call_time = match &compiled.prepared {
@@ -483,7 +474,7 @@ pub fn call_plugin_file(
             let events = events_from_input(input)?;
             let wit: Vec<_> = events
                 .iter()
-                .map(crate::plugin::router::to_wit_event)
+                .map(outbox_host::plugin::router::to_wit_event)
                 .collect();
             let started = Instant::now();
             let answer = engine.call_router(&name, pre, &limits, &config_json, &wit);
@@ -504,7 +495,7 @@ pub fn call_plugin_file(
                     WitRouteDecision::Queues(q) => {
                         let bad: Vec<&String> = q
                             .iter()
-                            .filter(|q| crate::config::validate_queue_name(q).is_err())
+                            .filter(|q| outbox_host::config::validate_queue_name(q).is_err())
                             .collect();
                         let mut line = format!("{} -> {}", event.event_type, q.join(", "));
                         if !bad.is_empty() {
@@ -534,11 +525,11 @@ pub fn call_plugin_file(
                 "a handler handles one event at a time; got {}",
                 events.len()
             );
-            crate::config::validate_queue_name(&input.queue)
+            outbox_host::config::validate_queue_name(&input.queue)
                 .map_err(|e| anyhow::anyhow!("--queue: {e}"))?;
             let event = events.remove(0);
             let delivery = Delivery {
-                event: crate::plugin::router::to_wit_event(&event),
+                event: outbox_host::plugin::router::to_wit_event(&event),
                 queue: input.queue.clone(),
                 attempt: 1,
             };

@@ -1,17 +1,18 @@
-//! `outbox demo`: events flowing end to end on the local PostgreSQL and Redis.
+//! `outbox demo`: events flowing end to end on the local PostgreSQL and Redis. Prints tables and
+//! a progress bar; every query it shows is a function of `outbox_host::store`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use redis::AsyncCommands;
-use sqlx::Row;
 
-use super::with_database;
-use crate::config::Config;
-use crate::publish::{publish_with_limit, NewEvent};
-use crate::routing::RouteDecision;
-use crate::store;
+use outbox_host::config::Config;
+use outbox_host::publish::{publish_with_limit, NewEvent};
+use outbox_host::routing::RouteDecision;
+use outbox_host::store;
 
 /// Redis key prefix of everything the demo writes (cleared at the start of each demo).
 pub const DEMO_REDIS_PREFIX: &str = "outbox-demo:";
@@ -47,18 +48,9 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     let settings = &mut config.settings;
     let admin = store::connect(&settings.database_url, 2).await?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(DEMO_DATABASE)
-            .fetch_one(&admin)
-            .await?;
-    if !exists {
-        sqlx::query(&format!("CREATE DATABASE {DEMO_DATABASE}"))
-            .execute(&admin)
-            .await?;
-    }
+    store::create_database_if_missing(&admin, DEMO_DATABASE).await?;
     admin.close().await;
-    settings.database_url = with_database(&settings.database_url, DEMO_DATABASE);
+    settings.database_url = store::with_database(&settings.database_url, DEMO_DATABASE);
     settings.redis_prefix = DEMO_REDIS_PREFIX.to_string();
     settings.dispatch_interval = Duration::from_millis(200);
     settings.http_addr = String::new();
@@ -70,9 +62,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
 
     let pool = store::connect(&settings.database_url, 8).await?;
     store::migrate(&pool).await?;
-    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
-        .execute(&pool)
-        .await?;
+    store::empty_outbox(&pool).await?;
     let redis = redis::Client::open(settings.redis_url.as_str())?;
     let mut conn = redis.get_multiplexed_async_connection().await?;
     let old: Vec<String> = conn.keys(format!("{DEMO_REDIS_PREFIX}*")).await?;
@@ -83,7 +73,10 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     // The shipped table has no fan-out rule; the demo adds one so fan-out shows up.
     config.routes.routes.insert(
         "order.".into(),
-        crate::config::QueueList::Many(vec!["outbox.audit".into(), "outbox.search-index".into()]),
+        outbox_host::config::QueueList::Many(vec![
+            "outbox.audit".into(),
+            "outbox.search-index".into(),
+        ]),
     );
     // One receiver runs the workflow-trigger plugin on outbox.workflow: a trigger event fans out
     // to the enabled workflows, each handed on to the executor queue. Other queues keep what the
@@ -145,7 +138,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     published += 1;
     println!("demo: published {published} events in transactions of 25 (the last one a workflow trigger); 10 more were rolled back and never appear");
 
-    let host = crate::Host::builder()
+    let host = outbox_host::Host::builder()
         .config(config.clone())
         .pool(pool.clone())
         .worker_id("outbox-demo")
@@ -164,7 +157,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new(published as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("demo: dispatching {bar:40} {pos}/{len} {msg}")
-            .expect("valid template"),
+            .context("progress bar template")?,
     );
     let workflows_on = host
         .live()
@@ -229,35 +222,24 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         counts.done,
         counts.failed,
         counts.pending,
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_delivery WHERE status = 'done'")
-            .fetch_one(&pool)
-            .await?
+        store::done_delivery_count(&pool).await?
     );
-    let failed = sqlx::query(
-        "SELECT id, event_type, last_error FROM outbox_event WHERE status = 'failed' ORDER BY id",
-    )
-    .fetch_all(&pool)
-    .await?;
+    let failed = store::failed_events(&pool).await?;
     if !failed.is_empty() {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED)
             .set_header(vec!["failed event", "type", "why"]);
-        for r in failed {
+        for f in failed {
             t.add_row(vec![
-                Cell::new(r.get::<i64, _>("id")),
-                Cell::new(r.get::<String, _>("event_type")),
-                Cell::new(r.get::<Option<String>, _>("last_error").unwrap_or_default()),
+                Cell::new(f.id),
+                Cell::new(f.event_type),
+                Cell::new(f.last_error.unwrap_or_default()),
             ]);
         }
         println!("{t}");
     }
     if workflows_on {
-        let receipts = sqlx::query(
-            "SELECT r.event_id, e.event_type, r.handler, r.result, r.attempts, r.published_ids, r.duration_ms \
-             FROM outbox_receipt r LEFT JOIN outbox_event e ON e.id = r.event_id ORDER BY r.event_id",
-        )
-        .fetch_all(&pool)
-        .await?;
+        let receipts = store::receipts(&pool).await?;
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
             "handled event",
@@ -269,15 +251,14 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             "ms",
         ]);
         for r in receipts {
-            let published: Vec<i64> = r.get("published_ids");
             t.add_row(vec![
-                Cell::new(r.get::<i64, _>("event_id")),
-                Cell::new(r.get::<Option<String>, _>("event_type").unwrap_or_default()),
-                Cell::new(r.get::<String, _>("handler")),
-                Cell::new(r.get::<String, _>("result")),
-                Cell::new(r.get::<i32, _>("attempts")),
-                Cell::new(format!("{published:?}")),
-                Cell::new(format!("{:.1}", r.get::<f64, _>("duration_ms"))),
+                Cell::new(r.event_id),
+                Cell::new(r.event_type.unwrap_or_default()),
+                Cell::new(r.handler),
+                Cell::new(r.result),
+                Cell::new(r.attempts),
+                Cell::new(format!("{:?}", r.published_ids)),
+                Cell::new(format!("{:.1}", r.duration_ms)),
             ]);
         }
         println!("receiver: the workflow trigger (event {trigger}) fanned out to the 2 enabled workflows (the disabled one was skipped):\n{t}");
@@ -287,7 +268,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             .await?,
     ];
     if let Some(entry) = sample.first().and_then(|r| r.ids.first()) {
-        let fields: BTreeMap<String, String> = crate::receive::QueueEntry::from_stream(entry)
+        let fields: BTreeMap<String, String> = outbox_host::receive::QueueEntry::from_stream(entry)
             .fields
             .into_iter()
             .collect();

@@ -1,4 +1,5 @@
-//! The `outbox` command: parses the command line and calls the library. Nothing else lives here.
+//! The `outbox` command: parses the command line and calls the library; [`ops`] prints what
+//! operators see. The library itself never prints.
 
 use std::path::PathBuf;
 
@@ -6,8 +7,10 @@ use anyhow::Context;
 use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 use outbox_host::config::{Config, RoutesFile};
 use outbox_host::plugin::World;
-use outbox_host::{ops, publish, store, Host, NewEvent};
+use outbox_host::{publish, store, Host, NewEvent};
 use tokio_util::sync::CancellationToken;
+
+mod ops;
 
 /// Transactional outbox host: moves committed events from PostgreSQL to Redis queues.
 #[derive(Parser)]

@@ -6,7 +6,7 @@ use sqlx::PgPool;
 
 fn database_url(db: &str) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    outbox_host::ops::with_database(&base, db)
+    outbox_host::store::with_database(&base, db)
 }
 
 fn outbox(db_url: &str, args: &[&str]) -> Output {

@@ -2,7 +2,7 @@
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 
-use crate::config::Config;
+use outbox_host::config::Config;
 
 /// What `outbox dead-letter` does with the selected entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +39,8 @@ pub async fn dead_letters(
         Some(q) => vec![q.clone()],
         None => config.routes.handlers.keys().cloned().collect(),
     };
-    let store = crate::receive::DeadLetters::connect(&config.settings).await?;
-    let letters: Vec<crate::receive::DeadLetter> = store
+    let store = outbox_host::receive::DeadLetters::connect(&config.settings).await?;
+    let letters: Vec<outbox_host::receive::DeadLetter> = store
         .list(&queues)
         .await?
         .into_iter()

@@ -1,0 +1,17 @@
+//! Ops: what operators run by hand — stats, routing explanations, the demo, plugin tools and
+//! dead letters.
+//!
+//! Owns the human-facing output of the CLI (tables, JSON, progress), one submodule per command
+//! family. It goes through the same library calls as the host (`outbox_host::publish`,
+//! `dispatch`, `store`, `receive`, `plugin`) and never writes SQL of its own: every query it
+//! needs is a function of `outbox_host::store`.
+
+mod dead_letter;
+mod demo;
+mod plugins;
+mod stats;
+
+pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
+pub use demo::run_demo;
+pub use plugins::*;
+pub use stats::{describe_settings, explain_route, print_stats};
