@@ -5,6 +5,8 @@
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
 //! runtime behind routing, handlers and capability checks) → [`ops`] (operators).
+//! [`queue`] is the Redis wire contract sink, receivers and operators share (key names, entry
+//! fields); [`reconnect`] is the backoff every loop uses while PostgreSQL or Redis are away.
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
 //!
@@ -28,7 +30,9 @@ pub mod http;
 pub mod ops;
 pub mod plugin;
 pub mod publish;
+pub mod queue;
 pub mod receive;
+pub mod reconnect;
 pub mod routing;
 pub mod sink;
 pub mod store;
