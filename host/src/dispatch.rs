@@ -3,8 +3,10 @@
 //! Owns one tick's life: claim a batch (lease), route it, enqueue it through the sink, and record
 //! the outcomes (done / retry with backoff / failed) for the whole batch. It also owns waking up:
 //! `LISTEN outbox_event` for new rows, the earliest `available_at` for retries and expired
-//! leases, and the poll interval as a fallback. It never holds a row lock across a Redis call:
+//! leases, and the poll interval as a fallback. It never holds a row lock across a sink call:
 //! the claim statement commits before the sink runs, and the lease (not a lock) protects the rows.
+//! It never knows which queue system the [`Sink`] is, and it never writes its own backoff loop
+//! (see [`crate::reconnect`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +20,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::reconnect::{connect_with_retry, retry_delay, sleep_or_shutdown, Backoff};
 use crate::routing::{RouteDecision, RouterHandle};
-use crate::sink::{Enqueue, EnqueueResult, RedisSink};
+use crate::sink::{Enqueue, EnqueueResult, RedisSink, Sink};
 use crate::store::{self, Claim, ClaimedEvent, DeliveryRecord, EventOutcome};
 
 /// The NOTIFY channel the insert trigger signals.
@@ -75,7 +78,7 @@ pub struct BatchReport {
 #[derive(Clone)]
 pub struct Dispatcher {
     pool: PgPool,
-    sink: RedisSink,
+    sink: Arc<dyn Sink>,
     router: RouterHandle,
     settings: Arc<Settings>,
     worker_id: String,
@@ -84,17 +87,17 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher over connected PostgreSQL and Redis.
+    /// A dispatcher over connected PostgreSQL and a connected sink (e.g. [`RedisSink`]).
     pub fn new(
         pool: PgPool,
-        sink: RedisSink,
+        sink: impl Sink + 'static,
         router: RouterHandle,
         settings: Arc<Settings>,
         worker_id: impl Into<String>,
     ) -> Self {
         Self {
             pool,
-            sink,
+            sink: Arc::new(sink),
             router,
             settings,
             worker_id: worker_id.into(),
@@ -148,7 +151,7 @@ impl Dispatcher {
             shutdown.clone(),
         ));
         let mut in_flight: JoinSet<()> = JoinSet::new();
-        let mut failures = 0u32;
+        let mut backoff = Backoff::new();
         tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
         while !shutdown.is_cancelled() {
             while in_flight.len() >= BATCHES_IN_FLIGHT {
@@ -156,16 +159,17 @@ impl Dispatcher {
             }
             let claim = match self.claim().await {
                 Ok(claim) => {
-                    failures = 0;
+                    backoff.succeeded();
                     claim
                 }
                 Err(e) => {
-                    failures += 1;
-                    let delay = retry_delay(failures);
-                    tracing::error!(error = %e, retry_in = ?delay, "cannot claim events: PostgreSQL unavailable? retrying");
                     metrics::counter!("outbox_dispatch_errors_total", "stage" => "claim")
                         .increment(1);
-                    sleep_or_shutdown(delay, &shutdown).await;
+                    backoff
+                        .failed(&shutdown, |delay| {
+                            tracing::error!(error = %e, retry_in = ?delay, "cannot claim events: PostgreSQL unavailable? retrying")
+                        })
+                        .await;
                     continue;
                 }
             };
@@ -183,7 +187,7 @@ impl Dispatcher {
             let stop = shutdown.clone();
             in_flight.spawn(async move {
                 match me.dispatch_claim(claim).await {
-                    Ok(report) if report.redis_unavailable => me.wait_for_redis(&stop).await,
+                    Ok(report) if report.redis_unavailable => me.wait_for_sink(&stop).await,
                     Ok(_) => {}
                     Err(e) => {
                         // The rows stay leased and are claimed again after the lease; the
@@ -241,23 +245,26 @@ impl Dispatcher {
         }
     }
 
-    /// After a batch found Redis down: ping with backoff before claiming more, so waiting
-    /// events do not burn attempts while Redis is away.
-    async fn wait_for_redis(&self, shutdown: &CancellationToken) {
-        let mut failures = 0;
+    /// After a batch found the sink's queue system (Redis) down: ping with backoff before
+    /// claiming more, so waiting events do not burn attempts while it is away.
+    async fn wait_for_sink(&self, shutdown: &CancellationToken) {
+        let mut backoff = Backoff::new();
+        let sink = self.sink.name();
         loop {
             match self.sink.ping().await {
                 Ok(()) => {
-                    if failures > 0 {
-                        tracing::info!("Redis is back; dispatching resumes");
+                    if backoff.succeeded() {
+                        tracing::info!(sink, "queue system is back; dispatching resumes");
                     }
                     return;
                 }
                 Err(e) => {
-                    failures += 1;
-                    let delay = retry_delay(failures);
-                    tracing::error!(error = %e, retry_in = ?delay, "Redis unavailable; claims paused");
-                    if sleep_or_shutdown(delay, shutdown).await {
+                    let stop = backoff
+                        .failed(shutdown, |delay| {
+                            tracing::error!(sink, error = %e, retry_in = ?delay, "queue system unavailable; claims paused")
+                        })
+                        .await;
+                    if stop {
                         return;
                     }
                 }
@@ -466,49 +473,39 @@ fn route_one_by_one(
         .collect()
 }
 
-/// Exponential backoff for reconnects: 0.5 s doubling up to 30 s.
-pub fn retry_delay(failures: u32) -> Duration {
-    let ms = 500u64.saturating_mul(1 << failures.saturating_sub(1).min(6));
-    Duration::from_millis(ms.min(30_000))
-}
-
-/// Sleep, or return early (true) when shutdown fires.
-pub async fn sleep_or_shutdown(delay: Duration, shutdown: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => false,
-        _ = shutdown.cancelled() => true,
-    }
-}
-
 /// `LISTEN outbox_event` and wake the dispatcher on every notification. Re-listens after a lost
 /// connection and wakes once then, since inserts may have happened while it was away.
 async fn listen_for_events(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
-    let mut failures = 0;
+    let mut backoff = Backoff::new();
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
             Err(e) => {
-                failures += 1;
-                let delay = retry_delay(failures);
-                tracing::warn!(error = %e, retry_in = ?delay, "cannot LISTEN for new events; polling meanwhile");
-                if sleep_or_shutdown(delay, &shutdown).await {
+                let stop = backoff
+                    .failed(&shutdown, |delay| {
+                        tracing::warn!(error = %e, retry_in = ?delay, "cannot LISTEN for new events; polling meanwhile")
+                    })
+                    .await;
+                if stop {
                     return;
                 }
                 continue;
             }
         };
         if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
-            failures += 1;
-            tracing::warn!(error = %e, "LISTEN {NOTIFY_CHANNEL} failed; polling meanwhile");
-            if sleep_or_shutdown(retry_delay(failures), &shutdown).await {
+            let stop = backoff
+                .failed(&shutdown, |_| {
+                    tracing::warn!(error = %e, "LISTEN {NOTIFY_CHANNEL} failed; polling meanwhile")
+                })
+                .await;
+            if stop {
                 return;
             }
             continue;
         }
-        if failures > 0 {
+        if backoff.succeeded() {
             tracing::info!("listening for new events again");
         }
-        failures = 0;
         wake.notify_one();
         loop {
             tokio::select! {
@@ -525,33 +522,6 @@ async fn listen_for_events(pool: PgPool, wake: Arc<Notify>, shutdown: Cancellati
         }
         if sleep_or_shutdown(retry_delay(1), &shutdown).await {
             return;
-        }
-    }
-}
-
-/// Run `connect` until it succeeds, logging each failure as "`what` unavailable" and backing off
-/// ([`retry_delay`]); `None` when shutdown fires first.
-pub async fn connect_with_retry<T, E, Fut>(
-    what: &str,
-    shutdown: &CancellationToken,
-    mut connect: impl FnMut() -> Fut,
-) -> Option<T>
-where
-    E: std::fmt::Display,
-    Fut: std::future::Future<Output = Result<T, E>>,
-{
-    let mut failures = 0;
-    loop {
-        match connect().await {
-            Ok(connected) => return Some(connected),
-            Err(e) => {
-                failures += 1;
-                let delay = retry_delay(failures);
-                tracing::error!(error = %e, retry_in = ?delay, "{what} unavailable; retrying");
-                if sleep_or_shutdown(delay, shutdown).await {
-                    return None;
-                }
-            }
         }
     }
 }

@@ -166,7 +166,7 @@ impl HostBuilder {
             let queues_wanted = !live.routes.load().handlers.is_empty();
             if queues_wanted {
                 let receivers =
-                    dispatch::connect_with_retry("Redis (receivers)", &shutdown, || {
+                    crate::reconnect::connect_with_retry("Redis (receivers)", &shutdown, || {
                         Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
                     })
                     .await
@@ -315,7 +315,7 @@ async fn heartbeat_loop(
         {
             tracing::warn!(error = %e, "heartbeat failed");
         }
-        if dispatch::sleep_or_shutdown(Duration::from_secs(10), &shutdown).await {
+        if crate::reconnect::sleep_or_shutdown(Duration::from_secs(10), &shutdown).await {
             return;
         }
     }
@@ -327,7 +327,7 @@ async fn retention_loop(
     shutdown: CancellationToken,
 ) {
     loop {
-        if dispatch::sleep_or_shutdown(Duration::from_secs(60), &shutdown).await {
+        if crate::reconnect::sleep_or_shutdown(Duration::from_secs(60), &shutdown).await {
             return;
         }
         match store::purge_done_events(

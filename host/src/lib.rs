@@ -5,7 +5,9 @@
 //! [`routing`] (which queues) → [`sink`] (Redis Streams, idempotent) → [`receive`] (consumer
 //! groups run the handler plugin bound to each queue) → [`plugin`] (the sandboxed WebAssembly
 //! runtime behind routing, handlers and capability checks) → [`capability`] (what a handler may
-//! ask of the host: policy, publish, kv, http, request signing). Operators use the `outbox`
+//! ask of the host: policy, publish, kv, http, request signing). [`queue`] is the Redis wire
+//! contract sink, receivers and operators share (key names, entry fields); [`reconnect`] is the
+//! backoff every loop uses while PostgreSQL or Redis are away. Operators use the `outbox`
 //! command (crate `outbox-cli`); this library never prints.
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
@@ -31,7 +33,9 @@ pub mod http;
 pub mod live_config;
 pub mod plugin;
 pub mod publish;
+pub mod queue;
 pub mod receive;
+pub mod reconnect;
 pub mod routing;
 pub mod sink;
 pub mod store;

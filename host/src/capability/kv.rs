@@ -104,19 +104,7 @@ fn redis_key(scope: &DeliveryScope, key: &str) -> Result<String, HostCallError> 
 /// The Redis key of plugin `plugin`'s key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or
 /// `%` in the plugin name is percent-encoded, so no two plugins can share a key.
 pub fn kv_redis_key(prefix: &str, plugin: &str, key: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + plugin.len() + key.len() + 12);
-    out.push_str(prefix);
-    out.push_str("outbox:kv:");
-    for c in plugin.chars() {
-        match c {
-            ':' => out.push_str("%3A"),
-            '%' => out.push_str("%25"),
-            c => out.push(c),
-        }
-    }
-    out.push(':');
-    out.push_str(key);
-    out
+    crate::queue::QueueKeys::new(prefix).kv(plugin, key)
 }
 
 #[cfg(test)]

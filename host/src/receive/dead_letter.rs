@@ -1,14 +1,16 @@
 //! Dead letters: entries whose handler gave up, in `<queue>.dead-letter` streams.
 //!
 //! Owns listing, replaying (back onto the queue, idempotency record cleared) and dropping them.
+//! Key names and fields come from [`crate::queue`]; it never builds one itself.
 
 use std::collections::HashMap;
 
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
-use super::{ctx, QueueEntry, ReceiveError};
+use super::{ctx, ReceiveError};
 use crate::config::Settings;
+use crate::queue::{field, QueueEntry, QueueKeys};
 
 /// One entry of a dead-letter stream.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -34,7 +36,7 @@ pub struct DeadLetter {
 /// Dead-letter operations for `outbox dead-letter`.
 pub struct DeadLetters {
     conn: ConnectionManager,
-    prefix: String,
+    keys: QueueKeys,
 }
 
 impl DeadLetters {
@@ -48,7 +50,7 @@ impl DeadLetters {
         })?;
         Ok(Self {
             conn,
-            prefix: settings.redis_prefix.clone(),
+            keys: QueueKeys::from_settings(settings),
         })
     }
 
@@ -57,7 +59,7 @@ impl DeadLetters {
         let mut out = Vec::new();
         let mut conn = self.conn.clone();
         for queue in queues {
-            let key = format!("{}{}.dead-letter", self.prefix, queue);
+            let key = self.keys.dead_letter_stream(queue);
             let reply: redis::streams::StreamRangeReply =
                 ctx(conn.xrange_all(&key).await, || format!("read {key}"))?;
             for id in reply.ids {
@@ -66,10 +68,10 @@ impl DeadLetters {
                     queue: queue.clone(),
                     dead_letter_id: id.id.clone(),
                     event_id: entry.event_id(),
-                    event_type: entry.get("event_type").unwrap_or_default().to_string(),
-                    error: entry.get("error").unwrap_or_default().to_string(),
+                    event_type: entry.get(field::EVENT_TYPE).unwrap_or_default().to_string(),
+                    error: entry.get(field::ERROR).unwrap_or_default().to_string(),
                     attempts: entry.handler_attempt(),
-                    dead_at: entry.get("dead_at").unwrap_or_default().to_string(),
+                    dead_at: entry.get(field::DEAD_AT).unwrap_or_default().to_string(),
                     fields: entry.fields.into_iter().collect(),
                 });
             }
@@ -81,34 +83,17 @@ impl DeadLetters {
     /// idempotency record is cleared so it runs), and remove it from the dead-letter stream.
     pub async fn replay(&self, letter: &DeadLetter) -> Result<String, ReceiveError> {
         let mut conn = self.conn.clone();
-        let mut fields: Vec<(String, String)> = letter
+        let fields = QueueEntry::replay_fields(&letter.fields, &letter.dead_letter_id);
+        let stream = self.keys.stream(&letter.queue);
+        let dead = self.keys.dead_letter_stream(&letter.queue);
+        let handler = letter
             .fields
-            .iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "error"
-                        | "handler"
-                        | "queue"
-                        | "dead_at"
-                        | "handler_attempt"
-                        | "last_error"
-                        | "retry_nonce"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        fields.sort();
-        fields.push(("replayed_from".into(), letter.dead_letter_id.clone()));
-        let stream = format!("{}{}", self.prefix, letter.queue);
-        let dead = format!("{}{}.dead-letter", self.prefix, letter.queue);
-        let handler = letter.fields.get("handler").cloned().unwrap_or_default();
-        let marker = format!(
-            "{}outbox:handled:{}:{}",
-            self.prefix,
-            handler,
-            letter.event_id.unwrap_or(0)
-        );
+            .get(field::HANDLER)
+            .cloned()
+            .unwrap_or_default();
+        let marker = self
+            .keys
+            .handled_marker(&handler, letter.event_id.unwrap_or(0));
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(&marker)
@@ -125,7 +110,7 @@ impl DeadLetters {
     /// Delete a dead letter for good.
     pub async fn drop_letter(&self, letter: &DeadLetter) -> Result<(), ReceiveError> {
         let mut conn = self.conn.clone();
-        let dead = format!("{}{}.dead-letter", self.prefix, letter.queue);
+        let dead = self.keys.dead_letter_stream(&letter.queue);
         let _: i64 = ctx(conn.xdel(&dead, &[&letter.dead_letter_id]).await, || {
             format!("drop {}", letter.dead_letter_id)
         })?;

@@ -1,23 +1,35 @@
 //! Receipts: what each handler made of each event, in `outbox_receipt`.
 //!
-//! Owns the background writer that turns handler outcomes into rows, a batch per statement.
-//! It only ever runs after the outcome is safe in Redis, so a lost receipt never loses an outcome.
+//! Owns the background writer that turns handler outcomes into rows, a batch per statement,
+//! and the SQL it runs ([`write_receipts`]). It only ever runs after the outcome is safe in
+//! Redis, so a lost receipt never loses an outcome; it never touches Redis.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use sqlx::PgPool;
 
+use super::{HandledAs, Receivers};
+
 /// One handler outcome for `outbox_receipt`.
-#[derive(Debug, Clone)]
-pub(super) struct Receipt {
-    pub(super) event_id: i64,
-    pub(super) handler: String,
-    pub(super) queue: String,
-    pub(super) result: &'static str,
-    pub(super) attempts: i32,
-    pub(super) duration_ms: f64,
-    pub(super) published: Vec<i64>,
-    pub(super) error: Option<String>,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Receipt {
+    /// The event the handler ran on.
+    pub event_id: i64,
+    /// The handler (for a plugin-invoke job: the subscribed plugin).
+    pub handler: String,
+    /// The queue the entry came from.
+    pub queue: String,
+    /// `ok`, `retry` or `dead`.
+    pub result: &'static str,
+    /// Handler attempts so far.
+    pub attempts: i32,
+    /// How long the handler ran.
+    pub duration_ms: f64,
+    /// Ids of the events the handler published.
+    pub published: Vec<i64>,
+    /// The error of a `retry` or `dead` outcome.
+    pub error: Option<String>,
 }
 
 /// What the receipt writer is told.
@@ -52,7 +64,7 @@ pub(super) fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<Re
                     Err(_) => break,
                 }
             }
-            if let Err(e) = write_receipts(&pool, std::mem::take(&mut batch)).await {
+            if let Err(e) = write_updates(&pool, std::mem::take(&mut batch)).await {
                 tracing::warn!(error = %e, "could not record receipts");
             }
         }
@@ -60,10 +72,25 @@ pub(super) fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<Re
     tx
 }
 
+/// Write a batch of handler outcomes to `outbox_receipt` in one statement, as the receivers'
+/// receipt writer does: an upsert per (event, handler), the latest outcome wins and published
+/// ids add up.
+pub async fn write_receipts(pool: &PgPool, receipts: &[Receipt]) -> Result<(), sqlx::Error> {
+    write_updates(
+        pool,
+        receipts
+            .iter()
+            .cloned()
+            .map(ReceiptUpdate::Outcome)
+            .collect(),
+    )
+    .await
+}
+
 /// Write one batch: outcomes as one upsert, duplicate counts of rows without an outcome in the
 /// batch as one update. Updates of the same (event, handler) are merged first (the latest
 /// outcome wins, published ids and duplicates add up).
-async fn write_receipts(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), sqlx::Error> {
+async fn write_updates(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), sqlx::Error> {
     let mut merged: HashMap<(i64, String), (Option<Receipt>, i32)> = HashMap::new();
     for update in batch {
         match update {
@@ -145,4 +172,52 @@ async fn write_receipts(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), 
         .await?;
     }
     Ok(())
+}
+
+impl Receivers {
+    /// Queue the receipt of a handled entry (`Duplicate` and `Busy` leave no receipt).
+    #[allow(clippy::too_many_arguments)] // one row's columns; a struct would only rename them
+    pub(super) async fn record_receipt(
+        &self,
+        event_id: i64,
+        handler: &str,
+        queue: &str,
+        handled: &HandledAs,
+        attempts: u32,
+        duration: Duration,
+        published: &[i64],
+    ) {
+        let (result, error) = match handled {
+            HandledAs::Ok => ("ok", None),
+            HandledAs::Retry(e) => ("retry", Some(e.clone())),
+            HandledAs::Dead(e) => ("dead", Some(e.clone())),
+            HandledAs::Duplicate | HandledAs::Busy => return,
+        };
+        self.send_receipt(ReceiptUpdate::Outcome(Receipt {
+            event_id,
+            handler: handler.to_string(),
+            queue: queue.to_string(),
+            result,
+            attempts: attempts as i32,
+            duration_ms: duration.as_secs_f64() * 1000.0,
+            published: published.to_vec(),
+            error,
+        }))
+        .await;
+    }
+
+    /// Count a duplicate delivery on the receipt of (event, handler).
+    pub(super) async fn record_duplicate(&self, event_id: i64, handler: &str) {
+        self.send_receipt(ReceiptUpdate::Duplicate {
+            event_id,
+            handler: handler.to_string(),
+        })
+        .await;
+    }
+
+    async fn send_receipt(&self, update: ReceiptUpdate) {
+        if self.receipts.send(update).await.is_err() {
+            tracing::warn!("the receipt writer stopped; a receipt was not recorded");
+        }
+    }
 }

@@ -1,18 +1,20 @@
-//! Sink: hands routed events to Redis Streams, exactly once per (event, queue).
+//! Redis Streams sink: hands routed events to Redis Streams, exactly once per (event, queue).
 //!
 //! Owns the Redis side of dispatch: the enqueue script (set-if-absent marker + `XADD`, one
 //! round trip, atomic), pipelining a batch, bounded concurrency, and reconnects. A re-claim after
-//! a crash between "enqueued" and "marked done" finds the marker and adds nothing twice. The sink
-//! never touches PostgreSQL and never decides retries: it reports per-entry results.
+//! a crash between "enqueued" and "marked done" finds the marker and adds nothing twice. Key
+//! names and entry fields come from [`crate::queue`]; it never builds one itself.
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use futures::FutureExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
-use crate::store::ClaimedEvent;
+use super::{Enqueue, EnqueueResult, Sink, SinkError};
+use crate::queue::{QueueEntry, QueueKeys};
 
 /// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream; ARGV[1] = marker TTL (s),
 /// ARGV[2..] = stream field/value pairs. Returns {1, entry id} when added, {0, entry id} when the
@@ -26,63 +28,12 @@ redis.call('SET', KEYS[1], added, 'EX', ARGV[1])
 return {1, added}
 "#;
 
-/// A Redis failure with context.
-#[derive(Debug, thiserror::Error)]
-#[error("{context}: {source}")]
-pub struct SinkError {
-    /// What the sink was doing.
-    pub context: String,
-    /// The client's error.
-    #[source]
-    pub source: redis::RedisError,
-}
-
-/// One (event, queue) hand-off to perform.
-#[derive(Debug, Clone)]
-pub struct Enqueue<'a> {
-    /// The event.
-    pub event: &'a ClaimedEvent,
-    /// The destination queue (without the Redis prefix).
-    pub queue: &'a str,
-}
-
-/// What happened to one [`Enqueue`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnqueueResult {
-    /// A new stream entry was added.
-    Added(String),
-    /// An earlier attempt already added it; this is its entry id. Nothing was written.
-    AlreadyEnqueued(String),
-    /// Redis refused this entry (e.g. the key holds another type); nothing was written.
-    Failed(String),
-    /// Redis could not be reached (connection, timeout); nothing was written.
-    Unavailable(String),
-}
-
-impl EnqueueResult {
-    /// The stream entry id, if the queue has the event.
-    pub fn stream_id(&self) -> Option<&str> {
-        match self {
-            EnqueueResult::Added(id) | EnqueueResult::AlreadyEnqueued(id) => Some(id),
-            EnqueueResult::Failed(_) | EnqueueResult::Unavailable(_) => None,
-        }
-    }
-
-    /// The error, if it failed.
-    pub fn error(&self) -> Option<&str> {
-        match self {
-            EnqueueResult::Failed(e) | EnqueueResult::Unavailable(e) => Some(e),
-            EnqueueResult::Added(_) | EnqueueResult::AlreadyEnqueued(_) => None,
-        }
-    }
-}
-
 /// The Redis Streams sink.
 #[derive(Clone)]
 pub struct RedisSink {
     conn: ConnectionManager,
     script: redis::Script,
-    prefix: String,
+    keys: QueueKeys,
     dedupe_ttl_secs: u64,
     concurrency: usize,
 }
@@ -99,10 +50,8 @@ impl RedisSink {
         dedupe_ttl: Duration,
         concurrency: usize,
     ) -> Result<Self, SinkError> {
-        let client = redis::Client::open(redis_url).map_err(|source| SinkError {
-            context: format!("invalid REDIS_URL {redis_url:?}"),
-            source,
-        })?;
+        let client = redis::Client::open(redis_url)
+            .map_err(|source| SinkError::new(format!("invalid REDIS_URL {redis_url:?}"), source))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Duration::from_secs(2))
             .set_response_timeout(Duration::from_secs(5))
@@ -110,14 +59,16 @@ impl RedisSink {
             .set_max_delay(1000);
         let conn = ConnectionManager::new_with_config(client, config)
             .await
-            .map_err(|source| SinkError {
-                context: format!("connect to Redis at {}", crate::store::redact(redis_url)),
-                source,
+            .map_err(|source| {
+                SinkError::new(
+                    format!("connect to Redis at {}", crate::store::redact(redis_url)),
+                    source,
+                )
             })?;
         let sink = Self {
             conn,
             script: redis::Script::new(ENQUEUE_LUA),
-            prefix: prefix.to_string(),
+            keys: QueueKeys::new(prefix),
             dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
             concurrency: concurrency.max(1),
         };
@@ -137,14 +88,9 @@ impl RedisSink {
         .await
     }
 
-    /// The Redis key of a queue's stream.
-    pub fn stream_key(&self, queue: &str) -> String {
-        format!("{}{}", self.prefix, queue)
-    }
-
-    /// The Redis key of the dedupe marker for (event, queue).
-    pub fn marker_key(&self, event_id: i64, queue: &str) -> String {
-        format!("{}outbox:enqueued:{}:{}", self.prefix, queue, event_id)
+    /// The Redis keys this sink writes.
+    pub fn keys(&self) -> &QueueKeys {
+        &self.keys
     }
 
     /// Check Redis answers.
@@ -154,10 +100,7 @@ impl RedisSink {
             .query_async::<String>(&mut conn)
             .await
             .map(|_| ())
-            .map_err(|source| SinkError {
-                context: "ping Redis".into(),
-                source,
-            })
+            .map_err(|source| SinkError::new("ping Redis", source))
     }
 
     async fn load_script(&self) -> Result<(), SinkError> {
@@ -167,10 +110,7 @@ impl RedisSink {
             .load_async(&mut conn)
             .await
             .map(|_| ())
-            .map_err(|source| SinkError {
-                context: "load the enqueue script into Redis".into(),
-                source,
-            })
+            .map_err(|source| SinkError::new("load the enqueue script into Redis", source))
     }
 
     /// Enqueue every hand-off: pipelines of up to 128, at most `concurrency` in flight. Results
@@ -214,33 +154,16 @@ impl RedisSink {
         let hash = self.script.get_hash();
         for item in chunk {
             let e = item.event;
-            pipe.cmd("EVALSHA")
+            let cmd = pipe
+                .cmd("EVALSHA")
                 .arg(hash)
                 .arg(2)
-                .arg(self.marker_key(e.id, item.queue))
-                .arg(self.stream_key(item.queue))
-                .arg(self.dedupe_ttl_secs)
-                .arg("event_id")
-                .arg(e.id)
-                .arg("event_type")
-                .arg(&e.event_type)
-                .arg("event_version")
-                .arg(e.event_version)
-                .arg("tenant_id")
-                .arg(e.tenant_id.as_deref().unwrap_or(""))
-                .arg("payload")
-                .arg(&e.payload)
-                .arg("headers")
-                .arg(&e.headers)
-                .arg("dispatch_key")
-                .arg(e.dispatch_key.as_deref().unwrap_or(""))
-                .arg("created_at")
-                .arg(
-                    e.created_at
-                        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-                )
-                .arg("attempt")
-                .arg(e.attempts);
+                .arg(self.keys.enqueued_marker(item.queue, e.id))
+                .arg(self.keys.stream(item.queue))
+                .arg(self.dedupe_ttl_secs);
+            for (name, value) in QueueEntry::encode(e) {
+                cmd.arg(name).arg(value);
+            }
         }
         let mut conn = self.conn.clone();
         let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
@@ -249,6 +172,20 @@ impl RedisSink {
             .zip(replies)
             .map(|(item, reply)| parse_reply(item, reply))
             .collect())
+    }
+}
+
+impl Sink for RedisSink {
+    fn name(&self) -> &str {
+        "redis-streams"
+    }
+
+    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
+        RedisSink::enqueue_all(self, items).boxed()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
+        RedisSink::ping(self).boxed()
     }
 }
 

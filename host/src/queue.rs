@@ -1,0 +1,504 @@
+//! Queue: the Redis wire contract between the sink, the receivers and operators.
+//!
+//! Owns every Redis key name the host builds ([`QueueKeys`], from `OUTBOX_REDIS_PREFIX`), the
+//! consumer group name, the idempotency marker values, and the stream entry format
+//! ([`QueueEntry`]: what the sink writes with `XADD`, what receivers read, what retries and
+//! dead letters add, what a replay strips), with every field name as a constant in [`field`].
+//! Existing data must stay readable: it never changes a key or a field name without a
+//! migration. It performs no I/O and never decides what happens to an entry.
+
+use std::collections::HashMap;
+
+use redis::streams::StreamId;
+
+use crate::store::ClaimedEvent;
+
+/// Consumer group every outbox receiver joins on a queue's stream.
+pub const CONSUMER_GROUP: &str = "outbox";
+
+/// Value of a handled marker while a consumer runs the handler: `running:<consumer>`.
+pub const MARKER_RUNNING: &str = "running:";
+/// Value of a handled marker once the handler finished (kept for the idempotency TTL).
+pub const MARKER_DONE_OK: &str = "done:ok";
+
+/// Whether a handled marker's value says the handler already finished.
+pub fn marker_is_done(value: &str) -> bool {
+    value.starts_with("done")
+}
+
+/// The handled marker's value while `consumer` runs the handler.
+pub fn marker_running(consumer: &str) -> String {
+    format!("{MARKER_RUNNING}{consumer}")
+}
+
+/// Field names of a queue stream entry.
+pub mod field {
+    /// The outbox event id (decimal).
+    pub const EVENT_ID: &str = "event_id";
+    /// Dot-separated event type.
+    pub const EVENT_TYPE: &str = "event_type";
+    /// Schema version of the payload (decimal).
+    pub const EVENT_VERSION: &str = "event_version";
+    /// Tenant (empty: none).
+    pub const TENANT_ID: &str = "tenant_id";
+    /// Payload as JSON text.
+    pub const PAYLOAD: &str = "payload";
+    /// Headers as JSON text.
+    pub const HEADERS: &str = "headers";
+    /// Producer idempotency key (empty: none).
+    pub const DISPATCH_KEY: &str = "dispatch_key";
+    /// When the event was published (RFC 3339, microseconds, `Z`).
+    pub const CREATED_AT: &str = "created_at";
+    /// Dispatch attempt that enqueued the entry (decimal).
+    pub const ATTEMPT: &str = "attempt";
+    /// Handler attempt of a redelivered entry (absent: 1).
+    pub const HANDLER_ATTEMPT: &str = "handler_attempt";
+    /// The error of the previous handler attempt (retries only).
+    pub const LAST_ERROR: &str = "last_error";
+    /// Makes each scheduled retry a distinct member of the retry set.
+    pub const RETRY_NONCE: &str = "retry_nonce";
+    /// Why the entry was dead-lettered (dead-letter streams only).
+    pub const ERROR: &str = "error";
+    /// The handler that gave up (dead-letter streams only).
+    pub const HANDLER: &str = "handler";
+    /// The queue the entry came from (dead-letter streams only).
+    pub const QUEUE: &str = "queue";
+    /// When it was dead-lettered (dead-letter streams only).
+    pub const DEAD_AT: &str = "dead_at";
+    /// The dead-letter entry a replayed entry came from.
+    pub const REPLAYED_FROM: &str = "replayed_from";
+
+    /// Fields a delivery adds on top of the event; dropped when the entry starts over.
+    pub(crate) const DELIVERY: [&str; 2] = [HANDLER_ATTEMPT, LAST_ERROR];
+    /// Fields a replay drops: what delivery and dead-lettering added.
+    pub(crate) const NOT_REPLAYED: [&str; 7] = [
+        ERROR,
+        HANDLER,
+        QUEUE,
+        DEAD_AT,
+        HANDLER_ATTEMPT,
+        LAST_ERROR,
+        RETRY_NONCE,
+    ];
+}
+
+/// Every Redis key name the host uses, under one prefix (`OUTBOX_REDIS_PREFIX`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueKeys {
+    prefix: String,
+}
+
+impl QueueKeys {
+    /// Keys under `prefix` (may be empty).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// Keys under `OUTBOX_REDIS_PREFIX` of `settings`.
+    pub fn from_settings(settings: &crate::config::Settings) -> Self {
+        Self::new(settings.redis_prefix.clone())
+    }
+
+    /// The prefix every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A queue's stream: `{prefix}{queue}`.
+    pub fn stream(&self, queue: &str) -> String {
+        format!("{}{}", self.prefix, queue)
+    }
+
+    /// The sink's dedupe marker of (event, queue): `{prefix}outbox:enqueued:{queue}:{event_id}`.
+    pub fn enqueued_marker(&self, queue: &str, event_id: i64) -> String {
+        format!("{}outbox:enqueued:{}:{}", self.prefix, queue, event_id)
+    }
+
+    /// The receiver's idempotency marker of (handler, event):
+    /// `{prefix}outbox:handled:{handler}:{event_id}`.
+    pub fn handled_marker(&self, handler: &str, event_id: i64) -> String {
+        format!("{}outbox:handled:{}:{}", self.prefix, handler, event_id)
+    }
+
+    /// A queue's sorted set of delayed retries: `{prefix}outbox:retry:{queue}`.
+    pub fn retry_set(&self, queue: &str) -> String {
+        format!("{}outbox:retry:{}", self.prefix, queue)
+    }
+
+    /// A queue's dead-letter stream: `{prefix}{queue}.dead-letter`.
+    pub fn dead_letter_stream(&self, queue: &str) -> String {
+        format!("{}{}.dead-letter", self.prefix, queue)
+    }
+
+    /// Plugin `plugin`'s kv key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or `%` in the
+    /// plugin name is percent-encoded, so one plugin's keys never reach into another's.
+    pub fn kv(&self, plugin: &str, key: &str) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + plugin.len() + key.len() + 12);
+        out.push_str(&self.prefix);
+        out.push_str("outbox:kv:");
+        for c in plugin.chars() {
+            match c {
+                ':' => out.push_str("%3A"),
+                '%' => out.push_str("%25"),
+                c => out.push(c),
+            }
+        }
+        out.push(':');
+        out.push_str(key);
+        out
+    }
+}
+
+/// One queue stream entry: its id and its fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// Stream entry id.
+    pub stream_id: String,
+    /// Fields as written by the sink (plus `handler_attempt` on retries), sorted by name when
+    /// read from Redis.
+    pub fields: Vec<(String, String)>,
+}
+
+impl QueueEntry {
+    /// The fields the sink writes for `event` (in this order), values as Redis receives them.
+    pub fn encode(event: &ClaimedEvent) -> [(&'static str, String); 9] {
+        [
+            (field::EVENT_ID, event.id.to_string()),
+            (field::EVENT_TYPE, event.event_type.clone()),
+            (field::EVENT_VERSION, event.event_version.to_string()),
+            (
+                field::TENANT_ID,
+                event.tenant_id.clone().unwrap_or_default(),
+            ),
+            (field::PAYLOAD, event.payload.clone()),
+            (field::HEADERS, event.headers.clone()),
+            (
+                field::DISPATCH_KEY,
+                event.dispatch_key.clone().unwrap_or_default(),
+            ),
+            (
+                field::CREATED_AT,
+                event
+                    .created_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            ),
+            (field::ATTEMPT, event.attempts.to_string()),
+        ]
+    }
+
+    /// An entry as read with `XREAD`/`XRANGE` (field values as text, fields sorted by name).
+    pub fn from_stream(id: &StreamId) -> Self {
+        let fields = id
+            .map
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    redis::from_redis_value::<String>(v).unwrap_or_default(),
+                )
+            })
+            .collect();
+        Self::from_fields(id.id.clone(), fields)
+    }
+
+    /// An entry from its id and a flat `[name, value, name, value, ...]` list (as in an
+    /// `XAUTOCLAIM` reply); a trailing name without a value is ignored.
+    pub fn from_flat(stream_id: impl Into<String>, flat: &[String]) -> Self {
+        let fields = flat
+            .chunks(2)
+            .filter(|c| c.len() == 2)
+            .map(|c| (c[0].clone(), c[1].clone()))
+            .collect();
+        Self::from_fields(stream_id.into(), fields)
+    }
+
+    fn from_fields(stream_id: String, mut fields: Vec<(String, String)>) -> Self {
+        fields.sort();
+        Self { stream_id, fields }
+    }
+
+    /// A field's value.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A field's value unless it is absent or empty.
+    fn non_empty(&self, name: &str) -> Option<&str> {
+        self.get(name).filter(|v| !v.is_empty())
+    }
+
+    /// The outbox event id.
+    pub fn event_id(&self) -> Option<i64> {
+        self.get(field::EVENT_ID)?.parse().ok()
+    }
+
+    /// The event type, unless absent or empty.
+    pub fn event_type(&self) -> Option<&str> {
+        self.non_empty(field::EVENT_TYPE)
+    }
+
+    /// The payload schema version (1 when absent or not a number).
+    pub fn event_version(&self) -> i32 {
+        self.get(field::EVENT_VERSION)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// The tenant, unless absent or empty.
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.non_empty(field::TENANT_ID)
+    }
+
+    /// The payload JSON text (`{}` when absent).
+    pub fn payload(&self) -> &str {
+        self.get(field::PAYLOAD).unwrap_or("{}")
+    }
+
+    /// The headers JSON text (`{}` when absent).
+    pub fn headers(&self) -> &str {
+        self.get(field::HEADERS).unwrap_or("{}")
+    }
+
+    /// The producer idempotency key, unless absent or empty.
+    pub fn dispatch_key(&self) -> Option<&str> {
+        self.non_empty(field::DISPATCH_KEY)
+    }
+
+    /// When the event was published, as written (empty when absent).
+    pub fn created_at(&self) -> &str {
+        self.get(field::CREATED_AT).unwrap_or_default()
+    }
+
+    /// Handler attempt of this delivery (1 on first delivery).
+    pub fn handler_attempt(&self) -> u32 {
+        self.get(field::HANDLER_ATTEMPT)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// The fields, flat, for delivery attempt `attempt`: what an earlier delivery added is
+    /// replaced by `handler_attempt = attempt` at the end.
+    pub fn with_attempt(&self, attempt: u32) -> Vec<String> {
+        let mut flat = Vec::with_capacity(self.fields.len() * 2 + 2);
+        for (k, v) in &self.fields {
+            if !field::DELIVERY.contains(&k.as_str()) {
+                flat.push(k.clone());
+                flat.push(v.clone());
+            }
+        }
+        flat.push(field::HANDLER_ATTEMPT.into());
+        flat.push(attempt.to_string());
+        flat
+    }
+
+    /// The fields, flat, of this entry's next delivery after a failed `attempt` (what goes into
+    /// the retry set): `handler_attempt = attempt + 1`, the error, and a nonce.
+    pub fn retry_fields(&self, attempt: u32, last_error: &str) -> Vec<String> {
+        let mut flat = self.with_attempt(attempt + 1);
+        flat.push(field::LAST_ERROR.into());
+        flat.push(last_error.to_string());
+        flat.push(field::RETRY_NONCE.into());
+        flat.push(format!("{}:{}", self.stream_id, attempt));
+        flat
+    }
+
+    /// The fields, flat, of this entry's dead-letter entry.
+    pub fn dead_letter_fields(
+        &self,
+        error: &str,
+        handler: &str,
+        queue: &str,
+        dead_at: &str,
+    ) -> Vec<String> {
+        let mut flat = self.with_attempt(self.handler_attempt());
+        for (name, value) in [
+            (field::ERROR, error),
+            (field::HANDLER, handler),
+            (field::QUEUE, queue),
+            (field::DEAD_AT, dead_at),
+        ] {
+            flat.push(name.into());
+            flat.push(value.to_string());
+        }
+        flat
+    }
+
+    /// The fields of a dead letter put back on its queue: the event's fields (sorted by name),
+    /// without what delivery and dead-lettering added, plus `replayed_from`.
+    pub fn replay_fields(
+        dead_letter: &HashMap<String, String>,
+        dead_letter_id: &str,
+    ) -> Vec<(String, String)> {
+        let mut fields: Vec<(String, String)> = dead_letter
+            .iter()
+            .filter(|(k, _)| !field::NOT_REPLAYED.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        fields.sort();
+        fields.push((field::REPLAYED_FROM.into(), dead_letter_id.to_string()));
+        fields
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_keep_todays_names() {
+        let keys = QueueKeys::new("app1:");
+        assert_eq!(keys.stream("outbox.mail"), "app1:outbox.mail");
+        assert_eq!(
+            keys.enqueued_marker("outbox.mail", 42),
+            "app1:outbox:enqueued:outbox.mail:42"
+        );
+        assert_eq!(
+            keys.handled_marker("mailer", 42),
+            "app1:outbox:handled:mailer:42"
+        );
+        assert_eq!(
+            keys.retry_set("outbox.mail"),
+            "app1:outbox:retry:outbox.mail"
+        );
+        assert_eq!(
+            keys.dead_letter_stream("outbox.mail"),
+            "app1:outbox.mail.dead-letter"
+        );
+        assert_eq!(keys.kv("counter", "a:b"), "app1:outbox:kv:counter:a:b");
+        let bare = QueueKeys::new("");
+        assert_eq!(bare.stream("q"), "q");
+        assert_eq!(bare.kv("counter", "hits"), "outbox:kv:counter:hits");
+    }
+
+    #[test]
+    fn kv_plugin_names_cannot_reach_other_plugins() {
+        let keys = QueueKeys::default();
+        assert_eq!(keys.kv("a:b", "c"), "outbox:kv:a%3Ab:c");
+        assert_eq!(keys.kv("a%b", "c"), "outbox:kv:a%25b:c");
+        assert_ne!(keys.kv("a:b", "c"), keys.kv("a", "b:c"));
+    }
+
+    #[test]
+    fn markers() {
+        assert_eq!(marker_running("c1"), "running:c1");
+        assert!(marker_is_done(MARKER_DONE_OK));
+        assert!(!marker_is_done(&marker_running("c1")));
+    }
+
+    fn event() -> ClaimedEvent {
+        let mut e = ClaimedEvent::unclaimed(7, "mail.welcome", r#"{"to":"a@b"}"#);
+        e.tenant_id = Some("t1".into());
+        e.event_version = 3;
+        e.headers = r#"{"h":1}"#.into();
+        e.dispatch_key = Some("k-1".into());
+        e.attempts = 2;
+        e.created_at = chrono::DateTime::parse_from_rfc3339("2024-05-06T07:08:09.123456Z")
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .unwrap();
+        e
+    }
+
+    fn read_back(fields: &[(&str, String)]) -> QueueEntry {
+        let flat: Vec<String> = fields
+            .iter()
+            .flat_map(|(k, v)| [k.to_string(), v.clone()])
+            .collect();
+        QueueEntry::from_flat("1-0", &flat)
+    }
+
+    #[test]
+    fn encode_writes_todays_fields() {
+        let fields = QueueEntry::encode(&event());
+        let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            names,
+            [
+                "event_id",
+                "event_type",
+                "event_version",
+                "tenant_id",
+                "payload",
+                "headers",
+                "dispatch_key",
+                "created_at",
+                "attempt"
+            ]
+        );
+        assert_eq!(fields[0].1, "7");
+        assert_eq!(fields[7].1, "2024-05-06T07:08:09.123456Z");
+        assert_eq!(fields[8].1, "2");
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let entry = read_back(&QueueEntry::encode(&event()));
+        assert_eq!(entry.stream_id, "1-0");
+        assert_eq!(entry.event_id(), Some(7));
+        assert_eq!(entry.event_type(), Some("mail.welcome"));
+        assert_eq!(entry.event_version(), 3);
+        assert_eq!(entry.tenant_id(), Some("t1"));
+        assert_eq!(entry.payload(), r#"{"to":"a@b"}"#);
+        assert_eq!(entry.headers(), r#"{"h":1}"#);
+        assert_eq!(entry.dispatch_key(), Some("k-1"));
+        assert_eq!(entry.created_at(), "2024-05-06T07:08:09.123456Z");
+        assert_eq!(entry.get(field::ATTEMPT), Some("2"));
+        assert_eq!(entry.handler_attempt(), 1);
+    }
+
+    #[test]
+    fn absent_options_decode_as_none() {
+        let entry = read_back(&QueueEntry::encode(&ClaimedEvent::unclaimed(
+            1, "a.b", "{}",
+        )));
+        assert_eq!(entry.tenant_id(), None);
+        assert_eq!(entry.dispatch_key(), None);
+        assert_eq!(entry.get(field::TENANT_ID), Some(""));
+    }
+
+    #[test]
+    fn retry_and_dead_letter_round_trip() {
+        let first = read_back(&QueueEntry::encode(&event()));
+        let retried = QueueEntry::from_flat("2-0", &first.retry_fields(1, "boom"));
+        assert_eq!(retried.handler_attempt(), 2);
+        assert_eq!(retried.get(field::LAST_ERROR), Some("boom"));
+        assert_eq!(retried.get(field::RETRY_NONCE), Some("1-0:1"));
+        assert_eq!(retried.event_id(), Some(7));
+        // A second retry replaces what the first added instead of repeating it.
+        let again = QueueEntry::from_flat("3-0", &retried.retry_fields(2, "bang"));
+        assert_eq!(again.handler_attempt(), 3);
+        assert_eq!(again.get(field::LAST_ERROR), Some("bang"));
+        assert_eq!(
+            again
+                .fields
+                .iter()
+                .filter(|(k, _)| k == field::HANDLER_ATTEMPT)
+                .count(),
+            1
+        );
+
+        let dead = QueueEntry::from_flat(
+            "4-0",
+            &again.dead_letter_fields("gave up", "mailer", "outbox.mail", "now"),
+        );
+        assert_eq!(dead.get(field::ERROR), Some("gave up"));
+        assert_eq!(dead.get(field::HANDLER), Some("mailer"));
+        assert_eq!(dead.get(field::QUEUE), Some("outbox.mail"));
+        assert_eq!(dead.get(field::DEAD_AT), Some("now"));
+        assert_eq!(dead.handler_attempt(), 3);
+
+        let map: HashMap<String, String> = dead.fields.iter().cloned().collect();
+        let replayed = QueueEntry::replay_fields(&map, "4-0");
+        let mut expected: Vec<(String, String)> = QueueEntry::encode(&event())
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        expected.sort();
+        expected.push((field::REPLAYED_FROM.into(), "4-0".into()));
+        assert_eq!(replayed, expected);
+    }
+}

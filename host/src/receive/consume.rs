@@ -1,0 +1,145 @@
+//! Consume: the loop that reads one queue and hands each entry to a handler task.
+//!
+//! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency,
+//! when housekeeping runs, reconnecting with backoff, and the shutdown grace for running
+//! handlers. It never records an outcome itself: each entry goes through
+//! [`Receivers::handle_entry`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::{QueueEntry, Receivers, CONSUMER_GROUP};
+use crate::reconnect::Backoff;
+
+impl Receivers {
+    /// Consume `queue` until shutdown: read new entries, reclaim stale ones, move due retries,
+    /// trim what every group acknowledged.
+    pub async fn consume(self, queue: String, shutdown: CancellationToken) {
+        let key = self.keys.stream(&queue);
+        let mut backoff = Backoff::new();
+        loop {
+            match self.ensure_group(&queue).await {
+                Ok(()) => break,
+                Err(e) => {
+                    let stop = backoff
+                        .failed(&shutdown, |delay| {
+                            tracing::error!(%queue, error = %e, retry_in = ?delay, "cannot create consumer group; Redis unavailable?")
+                        })
+                        .await;
+                    if stop {
+                        return;
+                    }
+                }
+            }
+        }
+        tracing::info!(%queue, consumer = %self.consumer, "receiver started");
+        let permits = Arc::new(Semaphore::new(self.settings.receiver_concurrency));
+        let mut reader: Option<redis::aio::MultiplexedConnection> = None;
+        let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
+        let mut tasks = tokio::task::JoinSet::new();
+        while !shutdown.is_cancelled() {
+            while tasks.try_join_next().is_some() {}
+            if last_housekeeping.elapsed()
+                >= (self.settings.receiver_lease / 4).min(Duration::from_secs(5))
+            {
+                last_housekeeping = Instant::now();
+                if let Err(e) = self.housekeeping(&queue, &permits, &mut tasks).await {
+                    tracing::warn!(%queue, error = %e, "receiver housekeeping failed");
+                }
+            }
+            if reader.is_none() {
+                match self.redis_client.get_multiplexed_async_connection().await {
+                    Ok(c) => reader = Some(c),
+                    Err(e) => {
+                        let stop = backoff
+                            .failed(&shutdown, |_| {
+                                tracing::error!(%queue, error = %e, "receiver cannot reach Redis; retrying")
+                            })
+                            .await;
+                        if stop {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let Some(connection) = reader.as_mut() else {
+                continue;
+            };
+            let available = permits.available_permits().max(1);
+            let opts = StreamReadOptions::default()
+                .group(CONSUMER_GROUP, &self.consumer)
+                .count(available)
+                .block(200);
+            let keys = [&key];
+            let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = connection.xread_options(&keys, &[">"], &opts) => r,
+            };
+            match read {
+                Ok(Some(reply)) => {
+                    backoff.succeeded();
+                    for stream in reply.keys {
+                        for id in &stream.ids {
+                            self.spawn_handler(
+                                &queue,
+                                QueueEntry::from_stream(id),
+                                &permits,
+                                &mut tasks,
+                            )
+                            .await;
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    reader = None;
+                    if e.code() == Some("NOGROUP") {
+                        // The stream was deleted under us: recreate it and the group.
+                        let _ = self.ensure_group(&queue).await;
+                    }
+                    let stop = backoff
+                        .failed(&shutdown, |_| {
+                            tracing::error!(%queue, error = %e, "reading the queue failed; retrying")
+                        })
+                        .await;
+                    if stop {
+                        break;
+                    }
+                }
+            }
+        }
+        // Let running handlers finish within the grace period; unfinished entries stay pending
+        // and are reclaimed by another consumer after the lease.
+        let _ = tokio::time::timeout(self.settings.shutdown_grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tracing::info!(%queue, "receiver stopped");
+    }
+
+    /// Handle `entry` on its own task once a concurrency permit is free.
+    pub(super) async fn spawn_handler(
+        &self,
+        queue: &str,
+        entry: QueueEntry,
+        permits: &Arc<Semaphore>,
+        tasks: &mut tokio::task::JoinSet<()>,
+    ) {
+        // The semaphore is never closed, so acquiring only waits.
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let me = self.clone();
+        let queue = queue.to_string();
+        tasks.spawn(async move {
+            me.handle_entry(&queue, entry).await;
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,96 @@
+//! Sink: hands routed events to a queue system, exactly once per (event, queue).
+//!
+//! Owns the seam between the dispatcher and a queue system: the [`Sink`] trait, what one
+//! hand-off is ([`Enqueue`]) and what became of it ([`EnqueueResult`]). Each queue system is one
+//! submodule; today that is Redis Streams ([`RedisSink`]). A sink never touches PostgreSQL and
+//! never decides retries: it reports per-entry results and the dispatcher records them.
+
+use futures::future::BoxFuture;
+
+use crate::store::ClaimedEvent;
+
+mod redis_streams;
+
+pub use redis_streams::RedisSink;
+
+/// A sink failure with context.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct SinkError {
+    /// What the sink was doing.
+    pub context: String,
+    /// The client's error.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl SinkError {
+    /// A failure of `context` caused by `source`.
+    pub fn new(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// One (event, queue) hand-off to perform.
+#[derive(Debug, Clone)]
+pub struct Enqueue<'a> {
+    /// The event.
+    pub event: &'a ClaimedEvent,
+    /// The destination queue (without the Redis prefix).
+    pub queue: &'a str,
+}
+
+/// What happened to one [`Enqueue`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnqueueResult {
+    /// A new stream entry was added.
+    Added(String),
+    /// An earlier attempt already added it; this is its entry id. Nothing was written.
+    AlreadyEnqueued(String),
+    /// The queue system refused this entry (e.g. the key holds another type); nothing was
+    /// written.
+    Failed(String),
+    /// The queue system could not be reached (connection, timeout); nothing was written.
+    Unavailable(String),
+}
+
+impl EnqueueResult {
+    /// The stream entry id, if the queue has the event.
+    pub fn stream_id(&self) -> Option<&str> {
+        match self {
+            EnqueueResult::Added(id) | EnqueueResult::AlreadyEnqueued(id) => Some(id),
+            EnqueueResult::Failed(_) | EnqueueResult::Unavailable(_) => None,
+        }
+    }
+
+    /// The error, if it failed.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            EnqueueResult::Failed(e) | EnqueueResult::Unavailable(e) => Some(e),
+            EnqueueResult::Added(_) | EnqueueResult::AlreadyEnqueued(_) => None,
+        }
+    }
+}
+
+/// A queue system the dispatcher hands events to. Object-safe: the dispatcher holds an
+/// `Arc<dyn Sink>` and never knows which kind it is.
+///
+/// Contract: [`enqueue_all`](Sink::enqueue_all) is idempotent per (event, queue) (a repeated
+/// hand-off reports [`EnqueueResult::AlreadyEnqueued`] and writes nothing) and returns one
+/// result per item, in input order.
+pub trait Sink: Send + Sync {
+    /// Short name for logs (`redis-streams`, ...).
+    fn name(&self) -> &str;
+
+    /// Hand off every item; one result per item, in input order.
+    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>>;
+
+    /// Check the queue system answers.
+    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>>;
+}
