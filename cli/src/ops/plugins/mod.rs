@@ -1,0 +1,52 @@
+//! `outbox plugins list|check|call|new`: list, check, try out and scaffold WebAssembly plugins,
+//! one submodule per command. What they share (naming and compiling a plugin file offline)
+//! lives here.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use outbox_host::plugin::registry::{compile_bytes, CompiledPlugin};
+use outbox_host::plugin::PluginEngine;
+
+mod call;
+mod check;
+mod list;
+mod scaffold;
+
+pub use call::{call_plugin_file, PluginCallInput};
+pub use check::check_plugin_file;
+pub use list::print_plugins;
+pub use scaffold::scaffold_plugin;
+
+/// The first 16 hex digits of a SHA-256, as tables show it.
+pub(crate) fn short_hash(hash: &str) -> &str {
+    &hash[..hash.len().min(16)]
+}
+
+/// The plugin name a file stands for: its stem (`plugins/dist/prefix-router.wasm` ->
+/// `prefix-router`).
+pub(crate) fn plugin_name_of(path: &std::path::Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "plugin".into())
+}
+
+/// Read and compile one plugin file offline; returns it and the compile time.
+pub(crate) fn compile_file_offline(
+    engine: &PluginEngine,
+    path: &std::path::Path,
+) -> anyhow::Result<(std::sync::Arc<CompiledPlugin>, Duration)> {
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("{}: cannot read the plugin file", path.display()))?;
+    anyhow::ensure!(
+        bytes.starts_with(b"\0asm"),
+        "{}: plugin {}: not a WebAssembly file (it does not start with the \\0asm magic bytes): build it for wasm32-wasip2 with outbox-plugin-sdk",
+        path.display(),
+        plugin_name_of(path)
+    );
+    let started = Instant::now();
+    let compiled = compile_bytes(engine, &plugin_name_of(path), &bytes, path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok((compiled, started.elapsed()))
+}
