@@ -2,6 +2,7 @@
 //! and policy worlds reuse the router world's `types` and `log` so one implementation serves all.
 
 /// The `router` world.
+#[allow(missing_docs)] // generated from the WIT, whose own comments document it
 pub mod router_world {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",
@@ -10,6 +11,7 @@ pub mod router_world {
 }
 
 /// The `handler` world.
+#[allow(missing_docs)] // generated from the WIT, whose own comments document it
 pub mod handler_world {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",
@@ -22,6 +24,7 @@ pub mod handler_world {
 }
 
 /// The `policy` world.
+#[allow(missing_docs)] // generated from the WIT, whose own comments document it
 pub mod policy_world {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",

@@ -151,7 +151,11 @@ impl Router for PluginRouter {
         }
         Ok(decisions
             .into_iter()
-            .map(|d| d.expect("every event routed"))
+            .map(|d| {
+                d.unwrap_or_else(|| {
+                    RouteDecision::Error("no router answered for this event".into())
+                })
+            })
             .collect())
     }
 }

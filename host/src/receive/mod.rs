@@ -18,10 +18,10 @@ use std::time::Instant;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
-use crate::config::Settings;
-use crate::plugin::reload::LiveConfig;
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
+use crate::config::Settings;
+use crate::plugin::reload::LiveConfig;
 use crate::queue::QueueKeys;
 
 mod consume;
@@ -211,9 +211,8 @@ impl Receivers {
         }
 
         let started = Instant::now();
-        let (outcome, published, (receipt_event, receipt_handler)) = self
-            .run_handler(queue, &handler, &entry, attempt)
-            .await;
+        let (outcome, published, (receipt_event, receipt_handler)) =
+            self.run_handler(queue, &handler, &entry, attempt).await;
         let duration = started.elapsed();
         let handled = match outcome {
             Ok(()) => {
