@@ -38,7 +38,7 @@ pub struct DispatchStats {
     pub done: AtomicU64,
     /// Events put back for a retry.
     pub retried: AtomicU64,
-    /// Events dead-lettered (`failed`), including unroutable ones.
+    /// Events given up as `failed` (retries exhausted, or no route).
     pub failed: AtomicU64,
     /// Stream entries added.
     pub enqueued: AtomicU64,
@@ -68,7 +68,7 @@ pub struct BatchReport {
     pub done: u64,
     /// Events put back with backoff.
     pub retried: u64,
-    /// Events dead-lettered.
+    /// Events given up as `failed`.
     pub failed: u64,
     /// Every enqueue of the batch failed at the transport level (Redis looks down).
     pub redis_unavailable: bool,

@@ -252,7 +252,7 @@ pub enum EventOutcome {
         /// Backoff before the next claim.
         delay: Duration,
     },
-    /// Dead letter: kept as `failed` with this error.
+    /// Given up: kept as `failed` (for audit and `requeue`) with this error.
     Failed {
         /// Why (no route, or the last error after the retries ran out).
         error: String,
@@ -501,7 +501,7 @@ pub struct StatusCounts {
     pub processing: i64,
     /// Handed to every destination queue.
     pub done: i64,
-    /// Dead letters.
+    /// Given up (retries exhausted or no route): the `failed` status, not a receiver dead letter.
     pub failed: i64,
     /// Cancelled by an operator.
     pub cancelled: i64,

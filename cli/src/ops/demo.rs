@@ -11,6 +11,7 @@ use redis::AsyncCommands;
 
 use outbox_host::config::Config;
 use outbox_host::publish::{publish_with_limit, NewEvent};
+use outbox_host::queue::QueueKeys;
 use outbox_host::routing::RouteDecision;
 use outbox_host::store;
 
@@ -63,6 +64,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let pool = store::connect(&settings.database_url, 8).await?;
     store::migrate(&pool).await?;
     store::empty_outbox(&pool).await?;
+    let keys = QueueKeys::new(DEMO_REDIS_PREFIX);
     let redis = redis::Client::open(settings.redis_url.as_str())?;
     let mut conn = redis.get_multiplexed_async_connection().await?;
     let old: Vec<String> = conn.keys(format!("{DEMO_REDIS_PREFIX}*")).await?;
@@ -162,7 +164,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let workflows_on = host
         .live()
         .is_some_and(|l| l.registry.get("workflow-trigger").is_some());
-    let executor_stream = format!("{DEMO_REDIS_PREFIX}outbox.workflow-executor");
+    let executor_stream = keys.stream("outbox.workflow-executor");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let c = store::status_counts(&pool).await?;
@@ -194,7 +196,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         }
     }
     for (queue, (n, _)) in per_queue.iter_mut() {
-        *n = conn.xlen(format!("{DEMO_REDIS_PREFIX}{queue}")).await?;
+        *n = conn.xlen(keys.stream(queue)).await?;
     }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -264,7 +266,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         println!("receiver: the workflow trigger (event {trigger}) fanned out to the 2 enabled workflows (the disabled one was skipped):\n{t}");
     }
     let sample: Vec<redis::streams::StreamRangeReply> = vec![
-        conn.xrange_count(format!("{DEMO_REDIS_PREFIX}outbox.mail"), "-", "+", 1)
+        conn.xrange_count(keys.stream("outbox.mail"), "-", "+", 1)
             .await?,
     ];
     if let Some(entry) = sample.first().and_then(|r| r.ids.first()) {

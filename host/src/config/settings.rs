@@ -527,7 +527,7 @@ declare_settings! {
             default: 10,
             adjust: |n: usize| n.clamp(1, 1024),
         }
-        /// Retries before an event is dead-lettered (`failed`); negative counts as 0.
+        /// Retries before an event is given up as `failed`; negative counts as 0.
         max_retries: i32 {
             env: "OUTBOX_MAX_RETRIES",
             file: max_retries: i32,
