@@ -459,17 +459,7 @@ fn route_one_by_one(
     );
     events
         .iter()
-        .map(
-            |event| match router.route_batch(std::slice::from_ref(event)) {
-                Ok(mut d) if d.len() == 1 => d.remove(0),
-                Ok(d) => RouteDecision::Error(format!(
-                    "router {} returned {} routes for 1 event",
-                    router.name(),
-                    d.len()
-                )),
-                Err(e) => RouteDecision::Error(e.to_string()),
-            },
-        )
+        .map(|event| crate::routing::route_one(router, event))
         .collect()
 }
 

@@ -5,7 +5,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::PgPool;
 
 use outbox_host::config::{Config, ShownSetting};
-use outbox_host::routing::{RouteDecider, RouteDecision, Router};
+use outbox_host::routing::{route_one, RouteDecider, RouteDecision, Router};
 use outbox_host::store::{self, ClaimedEvent};
 
 /// Print the status counts (and per-type failures and live workers) of the outbox.
@@ -70,15 +70,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
 /// an empty payload.
 pub fn explain_route(router: &dyn Router, event_type: &str) -> String {
     let event = ClaimedEvent::unclaimed(0, event_type, "{}");
-    let decision = match router.route_batch(std::slice::from_ref(&event)) {
-        Ok(mut decisions) if decisions.len() == 1 => decisions.remove(0),
-        Ok(decisions) => RouteDecision::Error(format!(
-            "router {} returned {} decisions for 1 event",
-            router.name(),
-            decisions.len()
-        )),
-        Err(e) => RouteDecision::Error(e.to_string()),
-    };
+    let decision = route_one(router, &event);
     let by = match router.decider(event_type) {
         RouteDecider::Rule(rule) => format!("rule \"{}\"", rule.prefix),
         RouteDecider::NoRule => String::new(),

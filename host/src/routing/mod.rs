@@ -39,6 +39,21 @@ pub fn build_router(registry: &Arc<PluginRegistry>, routes: &RoutesFile) -> Box<
     Box::new(PluginRouter::new(registry.clone(), routes))
 }
 
+/// Route one event alone: exactly one decision, whatever the router answers (a wrong count or a
+/// failed call becomes [`RouteDecision::Error`]). Used when a batch call failed and to explain one
+/// type to an operator.
+pub fn route_one(router: &dyn Router, event: &ClaimedEvent) -> RouteDecision {
+    match router.route_batch(std::slice::from_ref(event)) {
+        Ok(mut decisions) if decisions.len() == 1 => decisions.remove(0),
+        Ok(decisions) => RouteDecision::Error(format!(
+            "router {} returned {} routes for 1 event",
+            router.name(),
+            decisions.len()
+        )),
+        Err(e) => RouteDecision::Error(e.to_string()),
+    }
+}
+
 /// Where one event goes, as decided by a [`Router`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteDecision {
