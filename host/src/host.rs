@@ -120,7 +120,7 @@ impl HostBuilder {
         let (router, live) = match self.router {
             Some(router) => (router, None),
             None => {
-                let live = start_plugins(&config).await?;
+                let live = LiveConfig::start(&config).await?;
                 if config.path.is_some() {
                     match live.clone().watch(shutdown.clone()) {
                         Ok(watcher) => {
@@ -290,12 +290,6 @@ pub fn default_worker_id() -> String {
         std::process::id(),
         rand::random::<u16>()
     )
-}
-
-/// Load the plugins `config` declares and build its router: [`LiveConfig::start`], with the
-/// host's error type.
-pub async fn start_plugins(config: &Config) -> Result<LiveConfig, HostError> {
-    Ok(LiveConfig::start(config).await?)
 }
 
 async fn heartbeat_loop(

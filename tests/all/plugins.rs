@@ -4,7 +4,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use outbox_host::config::{RoutesFile, DEFAULT_ROUTES_TOML};
-use outbox_host::host::start_plugins;
+use outbox_host::live_config::LiveConfig;
+use outbox_host::plugin::registry::compile_bytes;
 use outbox_host::routing::{RouteDecision, Router};
 use outbox_host::store::ClaimedEvent;
 use outbox_host::NewEvent;
@@ -37,7 +38,7 @@ fn plugin_routes(extra: &str) -> String {
 async fn router_plugin_gives_the_same_queues_as_the_native_table() {
     let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
     let config = fixture.config(&outbox_host::config::Settings::default());
-    let live = start_plugins(&config).await.unwrap();
+    let live = LiveConfig::start(&config).await.unwrap();
     let router = live.router.current();
     assert_eq!(
         router.name(),
@@ -108,7 +109,7 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
         &plugin_routes(&extra),
     );
     let config = fixture.config(&env.settings);
-    let live = start_plugins(&config).await.unwrap();
+    let live = LiveConfig::start(&config).await.unwrap();
     let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
     let ids = env
         .publish_all(vec![
@@ -165,7 +166,7 @@ async fn a_guest_cannot_read_files_env_or_open_sockets() {
     );
     // Make sure there is something to find if the sandbox leaked.
     std::env::set_var("OUTBOX_PROBE_SECRET", "leak");
-    let live = start_plugins(&fixture.config(&outbox_host::config::Settings::default()))
+    let live = LiveConfig::start(&fixture.config(&outbox_host::config::Settings::default()))
         .await
         .unwrap();
     let decisions = live
@@ -194,7 +195,7 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
     env.settings.dispatch_interval = Duration::from_millis(50);
     let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
     let config = fixture.config(&env.settings);
-    let live = start_plugins(&config).await.unwrap();
+    let live = LiveConfig::start(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let watcher = live.clone().watch(shutdown.clone()).unwrap();
     let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
@@ -261,7 +262,7 @@ async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(po
     let env = TestEnv::new(pool).await;
     let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
     let config = fixture.config(&env.settings);
-    let live = start_plugins(&config).await.unwrap();
+    let live = LiveConfig::start(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let watcher = live.clone().watch(shutdown.clone()).unwrap();
     let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
@@ -336,7 +337,8 @@ async fn broken_wasm_or_routes_are_rejected_and_the_old_version_keeps_serving(po
 async fn plugin_built_against_an_incompatible_wit_version_is_refused() {
     let engine = outbox_host::plugin::PluginEngine::new().unwrap();
     let bytes = std::fs::read(plugin_file("test/future-version")).unwrap();
-    let err = match engine.prepare("future-version", &bytes) {
+    let path = plugin_file("test/future-version");
+    let err = match compile_bytes(&engine, "future-version", &bytes, &path) {
         Ok(_) => panic!("a 0.2.0 plugin must be refused"),
         Err(e) => e.to_string(),
     };
@@ -345,7 +347,7 @@ async fn plugin_built_against_an_incompatible_wit_version_is_refused() {
         "{err}"
     );
     // A core module (not a component) is refused with a hint, too.
-    let err = match engine.prepare("core", b"\0asm\x01\0\0\0") {
+    let err = match compile_bytes(&engine, "core", b"\0asm\x01\0\0\0", &path) {
         Ok(_) => panic!("a core module must be refused"),
         Err(e) => e.to_string(),
     };

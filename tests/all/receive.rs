@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::host::start_plugins;
 use outbox_host::live_config::LiveConfig;
 use outbox_host::receive::{DeadLetters, HandledAs, QueueEntry, Receivers};
 use outbox_host::NewEvent;
@@ -91,7 +90,7 @@ async fn start(
     with_receivers: bool,
 ) -> Running {
     let config = fixture.config(&env.settings);
-    let live = start_plugins(&config).await.unwrap();
+    let live = LiveConfig::start(&config).await.unwrap();
     let settings = Arc::new(config.settings.clone());
     let shutdown = CancellationToken::new();
     let dispatcher = env

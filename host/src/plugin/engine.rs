@@ -17,7 +17,10 @@ use wasmtime::{
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{handler_world, policy_world, router_world, HostCallError};
+use super::bindings::{
+    handler_world, policy_world, router_world, HostCallError, HttpRequest, HttpResponse,
+    WitNewEvent,
+};
 use super::{PluginError, WIT_VERSION};
 
 /// Which world a plugin implements (found from its exports).
@@ -104,10 +107,7 @@ pub const MAX_MEMORY_MB: u64 = 512;
 /// call with the capability policy before doing anything).
 pub trait HandlerServices: Send {
     /// `publish.send`.
-    fn publish(
-        &mut self,
-        event: handler_world::outbox::plugin::publish::NewEvent,
-    ) -> Result<i64, HostCallError>;
+    fn publish(&mut self, event: WitNewEvent) -> Result<i64, HostCallError>;
     /// `kv.get`.
     fn kv_get(&mut self, key: String) -> Result<Option<String>, HostCallError>;
     /// `kv.set`.
@@ -120,14 +120,11 @@ pub trait HandlerServices: Send {
     /// `kv.delete`.
     fn kv_delete(&mut self, key: String) -> Result<bool, HostCallError>;
     /// `http.send`.
-    fn http_send(
-        &mut self,
-        request: handler_world::outbox::plugin::http::Request,
-    ) -> Result<handler_world::outbox::plugin::http::Response, HostCallError>;
+    fn http_send(&mut self, request: HttpRequest) -> Result<HttpResponse, HostCallError>;
 }
 
 /// The store data of one call.
-pub struct HostState {
+pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -169,10 +166,7 @@ fn unavailable(what: &str) -> HostCallError {
 }
 
 impl handler_world::outbox::plugin::publish::Host for HostState {
-    fn send(
-        &mut self,
-        event: handler_world::outbox::plugin::publish::NewEvent,
-    ) -> Result<i64, HostCallError> {
+    fn send(&mut self, event: WitNewEvent) -> Result<i64, HostCallError> {
         match &mut self.services {
             Some(s) => s.publish(event),
             None => Err(unavailable("publish")),
@@ -207,10 +201,7 @@ impl handler_world::outbox::plugin::kv::Host for HostState {
 }
 
 impl handler_world::outbox::plugin::http::Host for HostState {
-    fn send(
-        &mut self,
-        request: handler_world::outbox::plugin::http::Request,
-    ) -> Result<handler_world::outbox::plugin::http::Response, HostCallError> {
+    fn send(&mut self, request: HttpRequest) -> Result<HttpResponse, HostCallError> {
         match &mut self.services {
             Some(s) => s.http_send(request),
             None => Err(unavailable("http")),
@@ -220,7 +211,7 @@ impl handler_world::outbox::plugin::http::Host for HostState {
 
 /// A compiled, pre-linked plugin ready to instantiate per call.
 #[derive(Clone)]
-pub enum Prepared {
+pub(crate) enum Prepared {
     /// A router.
     Router(router_world::RouterPre<HostState>),
     /// A handler.
@@ -231,11 +222,20 @@ pub enum Prepared {
 
 impl Prepared {
     /// The world of this plugin.
-    pub fn world(&self) -> World {
+    pub(crate) fn world(&self) -> World {
         match self {
             Prepared::Router(_) => World::Router,
             Prepared::Handler(_) => World::Handler,
             Prepared::Policy(_) => World::Policy,
+        }
+    }
+
+    /// The component it was compiled from.
+    pub(crate) fn component(&self) -> &Component {
+        match self {
+            Prepared::Router(pre) => pre.instance_pre().component(),
+            Prepared::Handler(pre) => pre.instance_pre().component(),
+            Prepared::Policy(pre) => pre.instance_pre().component(),
         }
     }
 }
@@ -299,7 +299,7 @@ impl PluginEngine {
 
     /// Compile `bytes`, find the world it implements, check the WIT version and link it.
     /// CPU-heavy: call it on a blocking thread.
-    pub fn prepare(&self, plugin: &str, bytes: &[u8]) -> Result<Prepared, PluginError> {
+    pub(crate) fn prepare(&self, plugin: &str, bytes: &[u8]) -> Result<Prepared, PluginError> {
         let invalid = |message: String| PluginError::Invalid {
             plugin: plugin.to_string(),
             message,
@@ -395,15 +395,14 @@ impl PluginEngine {
     /// Run one call of a router plugin. Low level: callers with a loaded plugin use
     /// [`LoadedPlugin::call_router`](super::LoadedPlugin::call_router), which also checks the
     /// world and counts the call.
-    pub fn call_router(
+    pub(crate) fn call_router(
         &self,
         plugin: &Arc<str>,
         pre: &router_world::RouterPre<HostState>,
         limits: &PluginLimits,
         config: &str,
         events: &[super::bindings::WitEvent],
-    ) -> Result<Vec<router_world::exports::outbox::plugin::router_api::RouteDecision>, PluginError>
-    {
+    ) -> Result<Vec<super::bindings::WitRouteDecision>, PluginError> {
         self.run(plugin, limits, None, |store| {
             let instance = pre.instantiate(&mut *store)?;
             instance
@@ -414,15 +413,15 @@ impl PluginEngine {
 
     /// Run one call of a handler plugin with the receiver's services. Low level: callers with a
     /// loaded plugin use [`LoadedPlugin::call_handler`](super::LoadedPlugin::call_handler).
-    pub fn call_handler(
+    pub(crate) fn call_handler(
         &self,
         plugin: &Arc<str>,
         pre: &handler_world::HandlerPre<HostState>,
         limits: &PluginLimits,
         services: Option<Box<dyn HandlerServices>>,
         config: &str,
-        delivery: &handler_world::exports::outbox::plugin::handler_api::Delivery,
-    ) -> Result<handler_world::exports::outbox::plugin::handler_api::Outcome, PluginError> {
+        delivery: &super::bindings::Delivery,
+    ) -> Result<super::bindings::Outcome, PluginError> {
         self.run(plugin, limits, services, |store| {
             let instance = pre.instantiate(&mut *store)?;
             instance
@@ -433,14 +432,14 @@ impl PluginEngine {
 
     /// Run one call of a policy plugin. Low level: callers with a loaded plugin use
     /// [`LoadedPlugin::call_policy`](super::LoadedPlugin::call_policy).
-    pub fn call_policy(
+    pub(crate) fn call_policy(
         &self,
         plugin: &Arc<str>,
         pre: &policy_world::PolicyPre<HostState>,
         limits: &PluginLimits,
         config: &str,
-        request: &policy_world::exports::outbox::plugin::policy_api::CapabilityRequest,
-    ) -> Result<policy_world::exports::outbox::plugin::policy_api::Decision, PluginError> {
+        request: &super::bindings::CapabilityRequest,
+    ) -> Result<super::bindings::Decision, PluginError> {
         self.run(plugin, limits, None, |store| {
             let instance = pre.instantiate(&mut *store)?;
             instance
@@ -450,8 +449,9 @@ impl PluginEngine {
     }
 
     /// Average cost of creating a store and instantiating a pre-linked plugin, without calling
-    /// it (what every call pays before the guest runs). Used by `outbox-bench`.
-    pub fn time_instantiation(
+    /// it (what every call pays before the guest runs); see
+    /// [`LoadedPlugin::time_instantiation`](super::LoadedPlugin::time_instantiation).
+    pub(crate) fn time_instantiation(
         &self,
         plugin: &Arc<str>,
         prepared: &Prepared,

@@ -10,18 +10,16 @@
 //! as text for the event's `last_error`.
 
 /// The WIT types generated from `plugin-sdk/wit` (events, deliveries, outcomes, decisions),
-/// public so operator tools such as `outbox plugins call` can build inputs and read answers.
+/// public so operator tools such as `outbox plugins call` can build inputs and read answers;
+/// the generated world modules themselves are internal.
 pub mod bindings;
 pub mod engine;
 pub mod registry;
 pub mod reload;
 pub mod router;
 
-/// The capability policy moved to [`crate::capability`]; kept here for callers not yet
-/// switched.
-pub use crate::capability::CapabilityPolicy;
 pub use engine::{PluginEngine, PluginLimits, World};
-pub use registry::{LoadedPlugin, PluginInfo, PluginRegistry};
+pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry};
 pub use router::PluginRouter;
 
 /// The WIT package version the host implements (`outbox:plugin@0.1.0`).

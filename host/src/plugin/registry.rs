@@ -17,26 +17,40 @@ use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use super::bindings::handler_world::exports::outbox::plugin::handler_api::{Delivery, Outcome};
-use super::bindings::policy_world::exports::outbox::plugin::policy_api::{
-    CapabilityRequest, Decision,
-};
-use super::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitRouteDecision;
-use super::bindings::WitEvent;
+use super::bindings::{CapabilityRequest, Decision, Delivery, Outcome, WitEvent, WitRouteDecision};
 use super::engine::{HandlerServices, PluginEngine, PluginLimits, Prepared, World};
-use super::PluginError;
+use super::{PluginError, WIT_VERSION};
 use crate::config::{PluginSpec, RoutesFile};
 
 /// One compiled version of a plugin file.
 pub struct CompiledPlugin {
     /// What the host instantiates per call.
-    pub prepared: Prepared,
+    pub(crate) prepared: Prepared,
     /// SHA-256 of the file, hex.
     pub hash: String,
     /// When this version was loaded.
     pub loaded_at: DateTime<Utc>,
     /// File it came from.
     pub path: PathBuf,
+}
+
+impl CompiledPlugin {
+    /// The world this plugin implements.
+    pub fn world(&self) -> World {
+        self.prepared.world()
+    }
+
+    /// The WIT package its export was built against (`outbox:plugin@0.1.0`); the host's own
+    /// version when the export carries none.
+    pub fn exported_package(&self) -> String {
+        let component = self.prepared.component();
+        let export = format!("outbox:plugin/{}-api@", self.world());
+        let found = component
+            .component_type()
+            .exports(component.engine())
+            .find_map(|(name, _)| name.strip_prefix(export.as_str()).map(str::to_string));
+        format!("outbox:plugin@{}", found.as_deref().unwrap_or(WIT_VERSION))
+    }
 }
 
 /// A plugin as it serves now: a compiled version plus its config, limits and grants.
@@ -60,6 +74,41 @@ pub struct LoadedPlugin {
 }
 
 impl LoadedPlugin {
+    /// A plugin loaded outside any registry (`outbox plugins call FILE`): `compiled` served as
+    /// `name` with these limits, config and declaration, its counters starting at zero.
+    pub fn standalone(
+        engine: &PluginEngine,
+        name: &str,
+        compiled: Arc<CompiledPlugin>,
+        limits: PluginLimits,
+        config_json: String,
+        spec: PluginSpec,
+    ) -> Self {
+        Self {
+            name: Arc::from(name),
+            compiled,
+            limits,
+            config_json,
+            spec,
+            calls: Arc::default(),
+            errors: Arc::default(),
+            engine: engine.clone(),
+        }
+    }
+
+    /// Average cost of one fresh instantiation of this plugin (a new store with its limits and
+    /// an instance from the pre-linked component, no call) over `iterations`: what every call
+    /// pays before the guest runs. Not counted as calls. Runs WebAssembly setup: call it from a
+    /// blocking thread.
+    pub fn time_instantiation(&self, iterations: u32) -> Result<std::time::Duration, PluginError> {
+        self.engine.time_instantiation(
+            &self.name,
+            &self.compiled.prepared,
+            &self.limits,
+            iterations,
+        )
+    }
+
     /// The plugin's world.
     pub fn world(&self) -> World {
         self.compiled.prepared.world()

@@ -17,9 +17,7 @@ use tokio_util::sync::CancellationToken;
 /// How long a burst of file events settles before a reload.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
 
-/// The old path of [`LiveConfig`] and [`ReloadOutcome`], which live in
-/// [`crate::live_config`]; kept until every caller imports them from there.
-pub use crate::live_config::{LiveConfig, ReloadOutcome};
+use crate::live_config::LiveConfig;
 
 impl LiveConfig {
     /// Watch the plugin directory and `routes.toml` until shutdown.

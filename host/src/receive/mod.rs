@@ -21,8 +21,8 @@ use sqlx::PgPool;
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
 use crate::config::Settings;
-use crate::plugin::reload::LiveConfig;
-use crate::queue::QueueKeys;
+use crate::live_config::LiveConfig;
+use crate::queue::{QueueKeys, CONSUMER_GROUP};
 
 mod consume;
 mod dead_letter;
@@ -31,9 +31,9 @@ mod invoke;
 mod outcomes;
 mod receipts;
 
-pub use crate::queue::{QueueEntry, CONSUMER_GROUP};
+pub use crate::queue::QueueEntry;
 pub use dead_letter::{DeadLetter, DeadLetters};
-pub use receipts::{write_receipts, Receipt};
+pub use receipts::{write_receipts, Receipt, RECEIPT_BATCH};
 
 use invoke::HandlerFailure;
 use receipts::{spawn_receipt_writer, ReceiptUpdate};

@@ -47,7 +47,7 @@ pub(super) enum ReceiptUpdate {
 }
 
 /// Receipts written per statement at most.
-const RECEIPT_BATCH: usize = 500;
+pub const RECEIPT_BATCH: usize = 500;
 
 /// Start the task that writes receipts in batches: whatever queued up while the previous
 /// statement ran goes into the next one, so a busy receiver writes a few rows per entry's worth

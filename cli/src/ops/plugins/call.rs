@@ -5,16 +5,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outbox_host::config::Config;
-use outbox_host::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
-    Delivery, Outcome,
+use outbox_host::config::PluginSpec;
+use outbox_host::plugin::bindings::{
+    CapabilityRequest, Decision, Delivery, Outcome, WitRouteDecision,
 };
-use outbox_host::plugin::bindings::policy_world::exports::outbox::plugin::policy_api::{
-    CapabilityRequest, Decision,
-};
-use outbox_host::plugin::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitRouteDecision;
-use outbox_host::plugin::engine::Prepared;
 use outbox_host::plugin::registry::plugin_config_json;
-use outbox_host::plugin::{PluginEngine, PluginLimits, World};
+use outbox_host::plugin::{LoadedPlugin, PluginEngine, PluginLimits, World};
 use outbox_host::store;
 
 use super::{compile_file_offline, plugin_name_of, short_hash};
@@ -122,6 +118,7 @@ fn events_from_input(input: &PluginCallInput) -> anyhow::Result<Vec<store::Claim
 
 /// The config a plugin of this name gets: `--plugin-config`, else what `routes.toml` gives the
 /// plugin of that name (a router gets the routing table even when undeclared), else `{}`.
+/// Returns the config JSON and where it came from.
 fn call_config(
     config: &Config,
     name: &str,
@@ -144,14 +141,18 @@ fn call_config(
         ));
     }
     if world == World::Router {
-        let spec: outbox_host::config::PluginSpec =
-            toml::from_str("").context("an empty plugin spec")?;
+        let spec = empty_spec()?;
         return Ok((
             plugin_config_json(name, &spec, &config.routes, world),
             format!("the routing table of {source}"),
         ));
     }
     Ok(("{}".into(), "none ({})".into()))
+}
+
+/// A `[plugins.NAME]` declaration with nothing set.
+fn empty_spec() -> anyhow::Result<PluginSpec> {
+    toml::from_str("").context("an empty plugin spec")
 }
 
 /// `outbox plugins call FILE`: compile a plugin and run it once on the given input, without a
@@ -165,34 +166,39 @@ pub fn call_plugin_file(
 ) -> anyhow::Result<String> {
     let engine = PluginEngine::new()?;
     let (compiled, compile_time) = compile_file_offline(&engine, path)?;
-    let name: std::sync::Arc<str> = plugin_name_of(path).into();
-    let world = compiled.prepared.world();
+    let name = plugin_name_of(path);
+    let world = compiled.world();
     let (config_json, config_source) = call_config(config, &name, world, input.config.as_deref())?;
     let limits = PluginLimits::default();
     let mut out = format!(
         "{name}: world {world}, sha256 {}, config: {config_source}\n",
         short_hash(&compiled.hash)
     );
+    let plugin = LoadedPlugin::standalone(
+        &engine,
+        &name,
+        compiled,
+        limits,
+        config_json,
+        match config.routes.plugins.get(&name) {
+            Some(spec) => spec.clone(),
+            None => empty_spec()?,
+        },
+    );
     let failed = |e: outbox_host::plugin::PluginError, took: Duration| {
         anyhow::anyhow!("{e} (after {:.1} ms)", took.as_secs_f64() * 1e3)
     };
-    let call_time = match &compiled.prepared {
-        Prepared::Router(pre) => {
+    let call_time = match world {
+        World::Router => {
             let events = events_from_input(input)?;
             let wit: Vec<_> = events
                 .iter()
                 .map(outbox_host::plugin::router::to_wit_event)
                 .collect();
             let started = Instant::now();
-            let answer = engine.call_router(&name, pre, &limits, &config_json, &wit);
+            let answer = plugin.call_router(&wit);
             let call_time = started.elapsed();
             let answer = answer.map_err(|e| failed(e, call_time))?;
-            anyhow::ensure!(
-                answer.len() == events.len(),
-                "plugin {name} returned {} routes for {} events (a router must return exactly one per event, in order)",
-                answer.len(),
-                events.len()
-            );
             for (event, decision) in events.iter().zip(answer) {
                 let line = match decision {
                     WitRouteDecision::Queues(q) if q.is_empty() => format!(
@@ -221,7 +227,7 @@ pub fn call_plugin_file(
             }
             call_time
         }
-        Prepared::Handler(pre) => {
+        World::Handler => {
             anyhow::ensure!(
                 input.event.is_some() || input.events.is_some(),
                 "a handler takes one event: --event '{{\"event_type\": \"...\", \"payload\": {{...}}}}'"
@@ -241,7 +247,7 @@ pub fn call_plugin_file(
                 attempt: 1,
             };
             let started = Instant::now();
-            let outcome = engine.call_handler(&name, pre, &limits, None, &config_json, &delivery);
+            let outcome = plugin.call_handler(None, &delivery);
             let call_time = started.elapsed();
             let outcome = outcome.map_err(|e| failed(e, call_time))?;
             out.push_str(&match outcome {
@@ -257,7 +263,7 @@ pub fn call_plugin_file(
             });
             call_time
         }
-        Prepared::Policy(pre) => {
+        World::Policy => {
             let text = input.event.as_deref().ok_or_else(|| {
                 anyhow::anyhow!("a policy takes one capability request: --event '{{\"plugin\": \"...\", \"capability\": \"publish\", \"target\": \"...\", \"grants\": {{...}}}}'")
             })?;
@@ -277,7 +283,7 @@ pub fn call_plugin_file(
                 grants,
             };
             let started = Instant::now();
-            let decision = engine.call_policy(&name, pre, &limits, &config_json, &request);
+            let decision = plugin.call_policy(&request);
             let call_time = started.elapsed();
             let decision = decision.map_err(|e| failed(e, call_time))?;
             let what = format!(

@@ -225,7 +225,7 @@ pub fn load_declared_plugins(
             match compile_bytes(&engine, name, &bytes, &path) {
                 Ok(c) => DeclaredPlugin {
                     name: name.clone(),
-                    world: Some(c.prepared.world().to_string()),
+                    world: Some(c.world().to_string()),
                     hash: Some(short_hash(&c.hash).to_string()),
                     file,
                     error: None,

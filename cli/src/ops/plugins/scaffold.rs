@@ -1,6 +1,7 @@
 //! `outbox plugins new NAME --world W`: write a plugin crate from the SDK template.
 
 use anyhow::Context as _;
+use outbox_host::config::validate_plugin_name;
 use outbox_host::plugin::World;
 
 /// The SDK templates, embedded so `outbox plugins new` works from any directory.
@@ -40,22 +41,6 @@ const PLUGIN_TEMPLATES: [(World, &str, &str); 3] = [
     ),
 ];
 
-/// Check a new plugin's name: lowercase letters, digits and '-', starting with a letter.
-pub fn validate_plugin_name(name: &str) -> anyhow::Result<()> {
-    let ok = name.len() <= 64
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && !name.ends_with('-')
-        && !name.contains("--")
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    anyhow::ensure!(
-        ok,
-        "invalid plugin name {name:?}: use lowercase letters, digits and single '-', starting with a letter (at most 64 characters), e.g. \"form-router\""
-    );
-    Ok(())
-}
-
 /// This repository's `plugin-sdk`, absolute (`OUTBOX_PLUGIN_SDK` overrides the path the binary
 /// was built from).
 pub fn plugin_sdk_dir() -> anyhow::Result<std::path::PathBuf> {
@@ -84,7 +69,7 @@ pub fn scaffold_plugin(
     world: World,
     parent: &std::path::Path,
 ) -> anyhow::Result<(std::path::PathBuf, String)> {
-    validate_plugin_name(name)?;
+    validate_plugin_name(name).map_err(anyhow::Error::msg)?;
     let sdk = plugin_sdk_dir()?;
     let (_, cargo_toml, lib_rs) = PLUGIN_TEMPLATES
         .iter()

@@ -1,0 +1,247 @@
+//! Setup every section shares: the bench database and Redis prefix, pre-filled events and
+//! queue entries, the routers and plugins the sections load, and a dispatcher run to the end.
+//! It measures nothing itself and never re-implements host behaviour: entries are encoded with
+//! [`QueueEntry::encode`], keys come from [`QueueKeys`], routers from [`LiveConfig::start`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use outbox_host::config::{Config, RoutesFile, Settings};
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::live_config::LiveConfig;
+use outbox_host::queue::{QueueEntry, QueueKeys};
+use outbox_host::routing::RouterHandle;
+use outbox_host::sink::RedisSink;
+use outbox_host::store::{self, ClaimedEvent};
+use redis::AsyncCommands;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// Redis prefix of every key the bench writes.
+pub(crate) const PREFIX: &str = "outbox-bench:";
+
+/// Database the bench recreates for itself.
+const DATABASE: &str = "outbox_bench";
+
+/// Queue the receiver sections consume; `bench.` events route to it.
+pub(crate) const BENCH_QUEUE: &str = "outbox.bench-echo";
+
+/// Handler plugin bound to [`BENCH_QUEUE`]: the `echo-handler` test plugin (logs, returns ok).
+pub(crate) const BENCH_HANDLER: &str = "echo";
+
+/// The capability policy plugin the receiver and policy sections load.
+pub(crate) const POLICY_PLUGIN: &str = "capability-policy";
+
+/// Routes of the receiver and policy sections: one queue bound to the echo handler, which is
+/// granted `publish` of `workflow.` events, and the real capability policy plugin.
+const BENCH_ROUTES: &str = r#"
+[routes]
+"bench." = "outbox.bench-echo"
+
+[handlers]
+"outbox.bench-echo" = "echo"
+
+[policy]
+plugin = "capability-policy"
+publish_denials = false
+
+[plugins.capability-policy]
+
+[plugins.echo]
+file = "test/echo-handler.wasm"
+grants = { publish = ["workflow."] }
+"#;
+
+/// Recreate the bench database, migrate it and return a pool on it with the settings every
+/// section starts from (bench database and Redis prefix, dispatch batch `batch`, no HTTP).
+pub(crate) async fn bench_database(
+    config: &Config,
+    batch: i64,
+) -> anyhow::Result<(PgPool, Settings)> {
+    let mut settings = config.settings.clone();
+    let admin = store::connect(&settings.database_url, 1)
+        .await
+        .context("connect to PostgreSQL (DATABASE_URL)")?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .context("drop the bench database")?;
+    sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
+        .execute(&admin)
+        .await
+        .context("create the bench database")?;
+    admin.close().await;
+    settings.database_url = store::with_database(&settings.database_url, DATABASE);
+    settings.redis_prefix = PREFIX.into();
+    settings.dispatch_batch_size = batch;
+    settings.http_addr = String::new();
+    let pool = store::connect(&settings.database_url, 16)
+        .await
+        .context("connect to the bench database")?;
+    store::migrate(&pool)
+        .await
+        .context("migrate the bench database")?;
+    Ok((pool, settings))
+}
+
+/// The router `outbox run` builds for `config` (its router plugin when loaded, else the native
+/// table), with the bench's settings.
+pub(crate) async fn serving_router(
+    config: &Config,
+    settings: &Settings,
+) -> anyhow::Result<RouterHandle> {
+    let live = LiveConfig::start(&Config {
+        settings: settings.clone(),
+        ..config.clone()
+    })
+    .await
+    .context("load the configured plugins")?;
+    Ok(live.router)
+}
+
+/// Empty the event tables, insert `events` pending `mail.welcome` events and clear Redis.
+pub(crate) async fn prepare(pool: &PgPool, settings: &Settings, events: i64) -> anyhow::Result<()> {
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
+        .execute(pool)
+        .await
+        .context("truncate the event tables")?;
+    if events > 0 {
+        sqlx::query(
+            "INSERT INTO outbox_event (event_type, payload, tenant_id) SELECT 'mail.welcome', jsonb_build_object('user', g, 'text', 'hello, welcome aboard'), 'tenant-' || (g % 10) FROM generate_series(1, $1) g",
+        )
+        .bind(events)
+        .execute(pool)
+        .await
+        .context("insert the bench events")?;
+    }
+    sqlx::query("VACUUM ANALYZE outbox_event")
+        .execute(pool)
+        .await
+        .context("vacuum outbox_event")?;
+    clear_redis(settings).await
+}
+
+/// Delete every key under the bench's Redis prefix.
+pub(crate) async fn clear_redis(settings: &Settings) -> anyhow::Result<()> {
+    let keys = QueueKeys::from_settings(settings);
+    let mut conn = redis_connection(settings).await?;
+    let found: Vec<String> = conn
+        .keys(format!("{}*", keys.prefix()))
+        .await
+        .context("list the bench's Redis keys")?;
+    for chunk in found.chunks(1000) {
+        let _: () = conn
+            .del(chunk)
+            .await
+            .context("delete the bench's Redis keys")?;
+    }
+    Ok(())
+}
+
+/// A Redis connection for bench setup.
+pub(crate) async fn redis_connection(
+    settings: &Settings,
+) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(settings.redis_url.as_str()).context("invalid REDIS_URL")?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .context("connect to Redis")
+}
+
+/// The dispatcher's run loop with `router` until every one of `events` is done; events/s.
+pub(crate) async fn host_throughput(
+    pool: &PgPool,
+    settings: &Settings,
+    router: RouterHandle,
+    events: i64,
+) -> anyhow::Result<f64> {
+    let sink = RedisSink::from_settings(settings).await?;
+    let dispatcher = Dispatcher::new(
+        pool.clone(),
+        sink,
+        router,
+        Arc::new(settings.clone()),
+        "bench-host",
+    );
+    let stats = dispatcher.stats();
+    let shutdown = CancellationToken::new();
+    let start = Instant::now();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+    while stats.done.load(std::sync::atomic::Ordering::Relaxed) < events as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rate = events as f64 / start.elapsed().as_secs_f64();
+    shutdown.cancel();
+    task.await?;
+    Ok(rate)
+}
+
+/// Load the echo handler and the capability policy plugin (from `plugin_dir`, normally
+/// `plugins/dist`) with [`BENCH_ROUTES`].
+pub(crate) async fn bench_plugins(settings: &Settings) -> anyhow::Result<LiveConfig> {
+    let routes = RoutesFile::parse(BENCH_ROUTES, std::path::Path::new("<outbox-bench routes>"))?;
+    let config = Config {
+        path: None,
+        routes,
+        settings: settings.clone(),
+    };
+    let live = LiveConfig::start(&config)
+        .await
+        .context("load the bench plugins")?;
+    for name in [BENCH_HANDLER, POLICY_PLUGIN] {
+        anyhow::ensure!(
+            live.registry.get(name).is_some(),
+            "plugin {name} not loaded from {}: run scripts/build-plugins.sh (test plugins included) and run the bench from the repository root",
+            settings.plugin_dir.display()
+        );
+    }
+    Ok(live)
+}
+
+/// The `i`-th bench event, as the dispatcher would claim it (routes to [`BENCH_QUEUE`]).
+pub(crate) fn bench_event(event_id: i64) -> ClaimedEvent {
+    ClaimedEvent {
+        tenant_id: Some(format!("tenant-{}", event_id % 10)),
+        ..ClaimedEvent::unclaimed(
+            event_id,
+            "bench.echo",
+            format!(r#"{{"user": {event_id}, "text": "hello, welcome aboard"}}"#),
+        )
+    }
+}
+
+/// XADD `count` entries for events `first..first + count` to `queue`, encoded as the sink
+/// encodes them, 1000 per pipeline.
+pub(crate) async fn fill_queue(
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: &QueueKeys,
+    queue: &str,
+    first: i64,
+    count: usize,
+) -> anyhow::Result<()> {
+    let stream = keys.stream(queue);
+    let ids: Vec<i64> = (first..first + count as i64).collect();
+    for chunk in ids.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for id in chunk {
+            pipe.xadd(&stream, "*", &QueueEntry::encode(&bench_event(*id)))
+                .ignore();
+        }
+        let _: () = pipe
+            .query_async(conn)
+            .await
+            .with_context(|| format!("fill {stream}"))?;
+    }
+    Ok(())
+}
+
+/// Empty `outbox_receipt` and the bench's Redis keys.
+pub(crate) async fn clear_receiver_state(pool: &PgPool, settings: &Settings) -> anyhow::Result<()> {
+    sqlx::query("TRUNCATE outbox_receipt")
+        .execute(pool)
+        .await
+        .context("truncate outbox_receipt")?;
+    clear_redis(settings).await
+}

@@ -1,0 +1,130 @@
+//! Latency section: commit-to-enqueue latency at a steady offered load, one event per
+//! transaction, read back from the queue stream the router sends `mail.welcome` to.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use outbox_host::config::Settings;
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::queue::{QueueEntry, QueueKeys};
+use outbox_host::routing::RouterHandle;
+use outbox_host::sink::RedisSink;
+use outbox_host::{publish, NewEvent};
+use redis::AsyncCommands;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{prepare, redis_connection};
+use crate::Args;
+
+/// The queue `mail.welcome` events route to.
+const LATENCY_QUEUE: &str = "outbox.mail";
+
+/// Percentiles of commit-to-enqueue latency at `args.rate` events/s.
+pub(crate) async fn run(
+    args: &Args,
+    pool: &PgPool,
+    settings: &Settings,
+    router: &RouterHandle,
+) -> anyhow::Result<()> {
+    prepare(pool, settings, 0).await?;
+    let (p50, p99, max) = latency(
+        pool,
+        settings,
+        router.clone(),
+        args.rate,
+        args.latency_events,
+    )
+    .await?;
+    println!(
+        "latency at {} events/s offered ({} events, one per transaction, default batch): commit-to-enqueue p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        args.rate, args.latency_events, p50, p99, max
+    );
+    Ok(())
+}
+
+/// Publish at a steady rate, one event per transaction, and time commit -> stream entry.
+async fn latency(
+    pool: &PgPool,
+    settings: &Settings,
+    router: RouterHandle,
+    rate: u64,
+    count: usize,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let mut settings = settings.clone();
+    settings.dispatch_batch_size = 100;
+    let sink = RedisSink::from_settings(&settings).await?;
+    let dispatcher = Dispatcher::new(
+        pool.clone(),
+        sink,
+        router,
+        Arc::new(settings.clone()),
+        "bench-latency",
+    );
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let stream = QueueKeys::from_settings(&settings).stream(LATENCY_QUEUE);
+    let mut reader = redis_connection(&settings).await?;
+    let reader_task = tokio::spawn(async move {
+        let mut seen: HashMap<i64, Instant> = HashMap::new();
+        let mut last = "0-0".to_string();
+        let opts = redis::streams::StreamReadOptions::default()
+            .block(1000)
+            .count(1000);
+        while seen.len() < count {
+            let reply: redis::streams::StreamReadReply =
+                match reader.xread_options(&[&stream], &[&last], &opts).await {
+                    Ok(r) => r,
+                    Err(_) => continue,
+                };
+            let now = Instant::now();
+            for key in reply.keys {
+                for entry in key.ids {
+                    let id = QueueEntry::from_stream(&entry).event_id().unwrap_or(0);
+                    seen.insert(id, now);
+                    last = entry.id;
+                }
+            }
+        }
+        seen
+    });
+
+    let mut committed: HashMap<i64, Instant> = HashMap::with_capacity(count);
+    let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for i in 0..count {
+        tick.tick().await;
+        let mut tx = pool.begin().await?;
+        let id = publish(
+            &mut tx,
+            NewEvent::new("mail.welcome", serde_json::json!({"i": i})),
+        )
+        .await?;
+        tx.commit().await?;
+        committed.insert(id, Instant::now());
+    }
+    let seen = tokio::time::timeout(Duration::from_secs(60), reader_task)
+        .await
+        .context("events did not all reach the queue within 60 s")??;
+    shutdown.cancel();
+    task.await?;
+    let mut lat: Vec<f64> = committed
+        .iter()
+        .filter_map(|(id, c)| {
+            seen.get(id)
+                .map(|s| s.saturating_duration_since(*c).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    anyhow::ensure!(
+        !lat.is_empty(),
+        "no published event reached {LATENCY_QUEUE}"
+    );
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p) as usize];
+    Ok((pct(0.5), pct(0.99), *lat.last().unwrap_or(&0.0)))
+}
