@@ -2,8 +2,8 @@
 //!
 //! Owns parsing and validation of the operator's config file and the naming rules for what it
 //! declares (routing prefixes, queue names, plugin names); the runtime settings and their env
-//! vars (DESIGN.md) are declared once in [`settings`] (environment wins over `[settings]` in the
-//! file, which wins over the defaults). It never connects to anything: a [`Config`] is plain
+//! vars (DESIGN.md) are declared once, in one table in `config/settings.rs` that generates
+//! [`Settings`] (environment wins over `[settings]` in the file, which wins over the defaults). It never connects to anything: a [`Config`] is plain
 //! data, validated as a whole, so a broken edit can be rejected before it replaces the config
 //! that is serving.
 
