@@ -52,12 +52,17 @@ enum Command {
         /// Tenant id.
         #[arg(long)]
         tenant: Option<String>,
-        /// Idempotency key: publishing it again returns the first event's id.
+        /// Idempotency key (1 to 512 bytes of printable ASCII without spaces; `child:` and
+        /// `denied:` are the host's): publishing it again with the same type, tenant and payload
+        /// returns the first event's id, with different ones it fails.
         #[arg(long)]
         dispatch_key: Option<String>,
         /// Headers: a JSON object.
         #[arg(long)]
         headers: Option<String>,
+        /// Ordering key (same rule as the dispatch key).
+        #[arg(long)]
+        ordering_key: Option<String>,
     },
     /// Migrate, publish a few hundred demo events, dispatch them and show what went where.
     Demo,
@@ -319,6 +324,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tenant,
             dispatch_key,
             headers,
+            ordering_key,
         } => {
             let config = load_config(&cli.config)?;
             let payload = read_payload_arg(&payload)?;
@@ -337,6 +343,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if let Some(k) = dispatch_key {
                 event = event.with_dispatch_key(k);
+            }
+            if let Some(k) = ordering_key {
+                event = event.with_ordering_key(k);
             }
             // Validate before touching the database so bad input never needs a connection.
             publish::validate(&event, config.settings.max_payload_bytes)?;

@@ -116,7 +116,9 @@ async fn cli_bad_input_is_rejected_with_a_clear_error_and_writes_nothing(pool: P
             "publish",
             "mail.welcome",
             "--payload",
-            "{}",
+            "{\"to\": \"a@b.c\"}",
+            "--tenant",
+            "t1",
             "--dispatch-key",
             "k1",
         ],
@@ -124,6 +126,151 @@ async fn cli_bad_input_is_rejected_with_a_clear_error_and_writes_nothing(pool: P
     assert_eq!(
         String::from_utf8_lossy(&again.stdout).trim(),
         id.to_string()
+    );
+    assert_eq!(count(&pool).await, 1);
+}
+
+/// The CLI's error line without its `error: ` lead.
+fn cli_error(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().last().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn rust_sql_and_cli_reject_the_same_producer_input_with_the_same_message(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let long = "k".repeat(513);
+    let key_rule = "must be 1 to 512 bytes of printable ASCII without spaces";
+    let reserved = "a prefix reserved for the host's own events";
+    // (dispatch key, ordering key, what the message says)
+    let cases: &[(Option<&str>, Option<&str>, String)] = &[
+        (
+            Some(""),
+            None,
+            format!("dispatch_key of mail.welcome {key_rule}"),
+        ),
+        (
+            Some("two words"),
+            None,
+            format!("dispatch_key of mail.welcome {key_rule}"),
+        ),
+        (
+            Some("tab\tkey"),
+            None,
+            format!("dispatch_key of mail.welcome {key_rule}"),
+        ),
+        (
+            Some("clé"),
+            None,
+            format!("dispatch_key of mail.welcome {key_rule}"),
+        ),
+        (
+            Some(&long),
+            None,
+            format!("dispatch_key of mail.welcome {key_rule}"),
+        ),
+        (
+            None,
+            Some(""),
+            format!("ordering_key of mail.welcome {key_rule}"),
+        ),
+        (
+            None,
+            Some("user 7"),
+            format!("ordering_key of mail.welcome {key_rule}"),
+        ),
+        (
+            None,
+            Some(&long),
+            format!("ordering_key of mail.welcome {key_rule}"),
+        ),
+        (
+            Some("child:1:audit-log:0"),
+            None,
+            format!("dispatch_key of mail.welcome starts with child:, {reserved}"),
+        ),
+        (
+            Some("denied:1:h:kv:k"),
+            None,
+            format!("dispatch_key of mail.welcome starts with denied:, {reserved}"),
+        ),
+    ];
+    for (dispatch_key, ordering_key, expected) in cases {
+        let mut event = outbox_host::NewEvent::new("mail.welcome", serde_json::json!({}));
+        event.dispatch_key = dispatch_key.map(str::to_string);
+        event.ordering_key = ordering_key.map(str::to_string);
+        let mut tx = pool.begin().await.unwrap();
+        let rust = outbox_host::publish(&mut tx, event)
+            .await
+            .unwrap_err()
+            .to_string();
+        tx.rollback().await.unwrap();
+        let sql = match sqlx::query(
+            "SELECT outbox_publish('mail.welcome', '{}'::jsonb, NULL, $1, '{}'::jsonb, $2)",
+        )
+        .bind(dispatch_key)
+        .bind(ordering_key)
+        .execute(&pool)
+        .await
+        {
+            Err(sqlx::Error::Database(e)) => e.message().to_string(),
+            other => panic!("{dispatch_key:?} {ordering_key:?}: SQL gave {other:?}"),
+        };
+        let mut args = vec!["publish", "mail.welcome", "--payload", "{}"];
+        if let Some(k) = dispatch_key {
+            args.extend(["--dispatch-key", k]);
+        }
+        if let Some(k) = ordering_key {
+            args.extend(["--ordering-key", k]);
+        }
+        let out = outbox(&url, &args);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert_eq!(
+            (rust.as_str(), sql.as_str(), cli_error(&out).as_str()),
+            (
+                expected.as_str(),
+                format!("outbox_publish: {expected}").as_str(),
+                expected.as_str()
+            ),
+            "{dispatch_key:?} {ordering_key:?}"
+        );
+    }
+    assert_eq!(count(&pool).await, 0, "nothing written");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_publish_of_a_different_event_under_a_used_dispatch_key_fails(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let publish = |payload: &str| {
+        outbox(
+            &url,
+            &[
+                "publish",
+                "mail.welcome",
+                "--payload",
+                payload,
+                "--dispatch-key",
+                "k1",
+            ],
+        )
+    };
+    let first = publish("{\"n\": 1}");
+    assert!(first.status.success(), "{}", cli_error(&first));
+    let id = String::from_utf8_lossy(&first.stdout).trim().to_string();
+    let other = publish("{\"n\": 2}");
+    assert_eq!(other.status.code(), Some(1));
+    assert_eq!(
+        cli_error(&other),
+        format!("dispatch_key k1 already names event {id} with a different payload")
     );
     assert_eq!(count(&pool).await, 1);
 }

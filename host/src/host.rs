@@ -115,6 +115,7 @@ impl HostBuilder {
                 .ok_or(HostError::ShutdownDuringStart)?,
         };
         store::migrate(&pool).await?;
+        store::record_max_payload_bytes(&pool, settings.max_payload_bytes).await?;
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
         let mut tasks = JoinSet::new();
         let (router, live) = match self.router {

@@ -3,11 +3,33 @@
 //! Owns input validation and the insert. [`publish`] only accepts a `sqlx` transaction, so the
 //! event commits or rolls back with the business change that caused it; calling it on a bare
 //! pool or connection does not compile. Validation happens before anything is written. The SQL
-//! function `outbox_publish(...)` (see `migrations/`) applies the same rules for other languages.
+//! function `outbox_publish(...)` (see `migrations/`) applies the same rules, with the same
+//! messages, for other languages.
+//!
+//! Also owns the dispatch key contract: a key names one event (a repeated key returns the first
+//! id only when type, tenant and payload match, and is a [`PublishError::DispatchKeyConflict`]
+//! otherwise), the key rules ([`validate_key`]) and the prefixes reserved for the host's own
+//! events ([`RESERVED_DISPATCH_KEY_PREFIXES`]). It never lets a producer use a reserved prefix:
+//! only the host's own publish paths (`capability::publish`, denial events) may.
 
 use sqlx::{Postgres, Transaction};
 
 use crate::config::DEFAULT_MAX_PAYLOAD_BYTES;
+
+/// Longest dispatch or ordering key, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// Dispatch key prefixes only the host's own events use (handler children, denial audits).
+pub const RESERVED_DISPATCH_KEY_PREFIXES: &[&str] = &["child:", "denied:"];
+
+/// Who publishes: producers may not use [`RESERVED_DISPATCH_KEY_PREFIXES`], the host may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publisher {
+    /// An application, the SQL function or the CLI.
+    Producer,
+    /// The host itself (handler children, denial events).
+    Host,
+}
 
 /// An event to publish. Build one with [`NewEvent::new`] and the `with_*` methods.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +40,8 @@ pub struct NewEvent {
     pub payload: serde_json::Value,
     /// Tenant, if the product is multi-tenant.
     pub tenant_id: Option<String>,
-    /// Producer idempotency key: publishing the same key twice returns the first event's id.
+    /// Producer idempotency key: publishing the same key again with the same type, tenant and
+    /// payload returns the first event's id; with different ones it is a conflict.
     pub dispatch_key: Option<String>,
     /// Trace context, correlation id, ... (a JSON object).
     pub headers: serde_json::Value,
@@ -103,9 +126,35 @@ pub enum PublishError {
         /// The event's type.
         event_type: String,
     },
-    /// A field is out of range (empty dispatch key, version < 1, ...).
+    /// A field is out of range (version < 1, ...).
     #[error("{0}")]
     InvalidField(String),
+    /// A dispatch or ordering key breaks the key rule.
+    #[error("{field} of {event_type} must be 1 to 512 bytes of printable ASCII without spaces")]
+    InvalidKey {
+        /// `dispatch_key` or `ordering_key`.
+        field: &'static str,
+        /// The event's type.
+        event_type: String,
+    },
+    /// A producer used a dispatch key prefix reserved for the host's own events.
+    #[error("dispatch_key of {event_type} starts with {prefix}, a prefix reserved for the host's own events")]
+    ReservedKeyPrefix {
+        /// The event's type.
+        event_type: String,
+        /// The reserved prefix it starts with.
+        prefix: &'static str,
+    },
+    /// The dispatch key already names an event with another type, tenant or payload.
+    #[error("dispatch_key {key} already names event {existing_id} with a different {differs}")]
+    DispatchKeyConflict {
+        /// The dispatch key.
+        key: String,
+        /// The event the key already names.
+        existing_id: i64,
+        /// What differs: `event type`, `tenant`, `payload`, comma-separated.
+        differs: String,
+    },
     /// The insert failed.
     #[error("publish {event_type}: {source}")]
     Database {
@@ -145,8 +194,33 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// Check a dispatch or ordering key (`field` names it in the error): 1 to [`MAX_KEY_BYTES`]
+/// bytes of printable ASCII without spaces (`!` to `~`).
+pub fn validate_key(field: &'static str, event_type: &str, key: &str) -> Result<(), PublishError> {
+    let ok =
+        !key.is_empty() && key.len() <= MAX_KEY_BYTES && key.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        Err(PublishError::InvalidKey {
+            field,
+            event_type: event_type.to_string(),
+        })
+    }
+}
+
 /// Validate an event against the rules and a payload size limit, without writing anything.
+/// A dispatch key with a reserved prefix is rejected: those are the host's.
 pub fn validate(event: &NewEvent, max_payload_bytes: usize) -> Result<(), PublishError> {
+    validate_as(event, max_payload_bytes, Publisher::Producer)
+}
+
+/// [`validate`], for `publisher`: only the host may use the reserved key prefixes.
+pub(crate) fn validate_as(
+    event: &NewEvent,
+    max_payload_bytes: usize,
+    publisher: Publisher,
+) -> Result<(), PublishError> {
     validate_event_type(&event.event_type)?;
     if !event.payload.is_object() {
         return Err(PublishError::PayloadNotObject {
@@ -175,18 +249,35 @@ pub fn validate(event: &NewEvent, max_payload_bytes: usize) -> Result<(), Publis
             event.event_type, event.event_version
         )));
     }
-    if matches!(&event.dispatch_key, Some(k) if k.is_empty() || k.len() > 512) {
-        return Err(PublishError::InvalidField(format!(
-            "dispatch_key of {} must be 1 to 512 characters",
-            event.event_type
-        )));
+    if let Some(key) = &event.dispatch_key {
+        validate_key("dispatch_key", &event.event_type, key)?;
+    }
+    if let Some(key) = &event.ordering_key {
+        validate_key("ordering_key", &event.event_type, key)?;
+    }
+    if publisher == Publisher::Producer {
+        if let Some(prefix) = event.dispatch_key.as_deref().and_then(reserved_prefix) {
+            return Err(PublishError::ReservedKeyPrefix {
+                event_type: event.event_type.clone(),
+                prefix,
+            });
+        }
     }
     Ok(())
 }
 
+/// The reserved prefix `key` starts with, if any.
+fn reserved_prefix(key: &str) -> Option<&'static str> {
+    RESERVED_DISPATCH_KEY_PREFIXES
+        .iter()
+        .copied()
+        .find(|prefix| key.starts_with(prefix))
+}
+
 /// Publish `event` inside the caller's transaction, with the default 256 KiB payload limit.
-/// Returns the new id, or the existing id when `dispatch_key` was already used (nothing is
-/// written then). The event is visible to dispatchers only when `tx` commits.
+/// Returns the new id, or the existing id when `dispatch_key` already names an event of the
+/// same type, tenant and payload (nothing is written then; headers may differ); a
+/// [`PublishError::DispatchKeyConflict`] when it names a different one. The event is visible to dispatchers only when `tx` commits.
 pub async fn publish(
     tx: &mut Transaction<'_, Postgres>,
     event: NewEvent,
@@ -200,7 +291,17 @@ pub async fn publish_with_limit(
     event: NewEvent,
     max_payload_bytes: usize,
 ) -> Result<i64, PublishError> {
-    validate(&event, max_payload_bytes)?;
+    publish_as(tx, event, max_payload_bytes, Publisher::Producer).await
+}
+
+/// [`publish_with_limit`] for `publisher` (the host's own paths pass [`Publisher::Host`]).
+pub(crate) async fn publish_as(
+    tx: &mut Transaction<'_, Postgres>,
+    event: NewEvent,
+    max_payload_bytes: usize,
+    publisher: Publisher,
+) -> Result<i64, PublishError> {
+    validate_as(&event, max_payload_bytes, publisher)?;
     let db_err = |source| PublishError::Database {
         event_type: event.event_type.clone(),
         source,
@@ -224,13 +325,42 @@ pub async fn publish_with_limit(
     .fetch_optional(&mut **tx)
     .await
     .map_err(db_err)?;
-    match inserted {
-        Some(id) => Ok(id),
-        None => sqlx::query_scalar("SELECT id FROM outbox_event WHERE dispatch_key = $1")
-            .bind(&event.dispatch_key)
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(db_err),
+    if let Some(id) = inserted {
+        return Ok(id);
+    }
+    // The key names an event already: the same one only if type, tenant and payload match
+    // (jsonb equality: key order and spacing do not count).
+    let (existing_id, same_type, same_tenant, same_payload): (i64, bool, bool, bool) =
+        sqlx::query_as(
+            r#"
+            SELECT id, event_type = $2, tenant_id IS NOT DISTINCT FROM $3, payload = $4
+            FROM outbox_event WHERE dispatch_key = $1
+            "#,
+        )
+        .bind(&event.dispatch_key)
+        .bind(&event.event_type)
+        .bind(&event.tenant_id)
+        .bind(&event.payload)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_err)?;
+    let differs: Vec<&str> = [
+        (same_type, "event type"),
+        (same_tenant, "tenant"),
+        (same_payload, "payload"),
+    ]
+    .into_iter()
+    .filter(|(same, _)| !same)
+    .map(|(_, what)| what)
+    .collect();
+    if differs.is_empty() {
+        Ok(existing_id)
+    } else {
+        Err(PublishError::DispatchKeyConflict {
+            key: event.dispatch_key.unwrap_or_default(),
+            existing_id,
+            differs: differs.join(", "),
+        })
     }
 }
 
@@ -260,6 +390,26 @@ mod tests {
         ] {
             assert!(validate_event_type(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn key_rules_and_reserved_prefixes() {
+        let long = "k".repeat(MAX_KEY_BYTES);
+        for ok in ["welcome:42", "a", long.as_str(), "~!#"] {
+            assert!(validate_key("dispatch_key", "a.b", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a b", "tab\t", "clé", &format!("{long}k")] {
+            assert!(validate_key("dispatch_key", "a.b", bad).is_err(), "{bad}");
+        }
+        let child = NewEvent::new("a.b", serde_json::json!({})).with_dispatch_key("child:1:h:0");
+        assert!(matches!(
+            validate(&child, 100),
+            Err(PublishError::ReservedKeyPrefix {
+                prefix: "child:",
+                ..
+            })
+        ));
+        assert!(validate_as(&child, 100, Publisher::Host).is_ok());
     }
 
     #[test]

@@ -62,6 +62,24 @@ pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
     })
 }
 
+/// Record the host's payload limit (`OUTBOX_MAX_PAYLOAD_BYTES`) where `outbox_publish()` reads
+/// it: the ceiling of what a SQL caller may publish (its own limit argument may only lower it).
+pub async fn record_max_payload_bytes(
+    pool: &PgPool,
+    max_payload_bytes: usize,
+) -> Result<(), StoreError> {
+    let value = i64::try_from(max_payload_bytes).unwrap_or(i64::MAX);
+    sqlx::query(
+        "INSERT INTO outbox_setting (name, value) VALUES ('max_payload_bytes', $1)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    )
+    .bind(value)
+    .execute(pool)
+    .await
+    .context("record the payload limit in outbox_setting")?;
+    Ok(())
+}
+
 /// A URL without its password, for logs.
 pub fn redact(url: &str) -> String {
     match url.split_once("://") {

@@ -5,6 +5,7 @@
 mod claim;
 mod dispatch;
 mod failures;
+mod hook_children;
 mod http;
 mod plugins;
 mod publish;

@@ -1,6 +1,6 @@
 //! Publishing: transactional, idempotent, validated before anything is written.
 
-use outbox_host::{publish, NewEvent, PublishError};
+use outbox_host::{publish, store, NewEvent, PublishError};
 use outbox_tests::TestEnv;
 use serde_json::json;
 use sqlx::PgPool;
@@ -32,15 +32,16 @@ async fn duplicate_dispatch_key_gives_one_event(pool: PgPool) {
             NewEvent::new("mail.welcome", json!({"n": 1})).with_dispatch_key("k-1")
         ])
         .await[0];
+    // The same event again (headers may differ: trace context) gives the first id.
     let second = env
-        .publish_all(vec![
-            NewEvent::new("mail.welcome", json!({"n": 2})).with_dispatch_key("k-1")
-        ])
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({"n": 1}))
+            .with_dispatch_key("k-1")
+            .with_headers(json!({"traceparent": "00-retry"}))])
         .await[0];
     assert_eq!(first, second);
     // The SQL function for other languages behaves the same.
     let third: i64 = sqlx::query_scalar(
-        "SELECT outbox_publish('mail.welcome', '{\"n\":3}'::jsonb, NULL, 'k-1')",
+        "SELECT outbox_publish('mail.welcome', '{\"n\":1}'::jsonb, NULL, 'k-1')",
     )
     .fetch_one(&env.pool)
     .await
@@ -137,4 +138,141 @@ async fn bad_input_to_publish_is_rejected_and_writes_nothing(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(n, 0);
+}
+
+/// The SQL error's message (what `RAISE EXCEPTION` said).
+fn sql_message(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(e) => e.message().to_string(),
+        other => other.to_string(),
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dispatch_key_names_one_event_and_different_content_is_a_conflict(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let first = env
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({"n": 1}))
+            .with_tenant("t1")
+            .with_dispatch_key("k-1")])
+        .await[0];
+    let cases = [
+        (
+            NewEvent::new("mail.welcome", json!({"n": 2})).with_tenant("t1"),
+            "'mail.welcome', '{\"n\": 2}'::jsonb, 't1'",
+            "payload",
+        ),
+        (
+            NewEvent::new("mail.welcome", json!({"n": 1})).with_tenant("t2"),
+            "'mail.welcome', '{\"n\": 1}'::jsonb, 't2'",
+            "tenant",
+        ),
+        (
+            NewEvent::new("mail.goodbye", json!({"n": 1})),
+            "'mail.goodbye', '{\"n\": 1}'::jsonb, NULL",
+            "event type, tenant",
+        ),
+    ];
+    for (event, sql_args, differs) in cases {
+        let expected =
+            format!("dispatch_key k-1 already names event {first} with a different {differs}");
+        let mut tx = env.pool.begin().await.unwrap();
+        let err = publish(&mut tx, event.with_dispatch_key("k-1"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, PublishError::DispatchKeyConflict { existing_id, .. } if existing_id == first)
+        );
+        assert_eq!(err.to_string(), expected);
+        tx.rollback().await.unwrap();
+        let err = sqlx::query(&format!("SELECT outbox_publish({sql_args}, 'k-1')"))
+            .execute(&env.pool)
+            .await
+            .unwrap_err();
+        assert_eq!(sql_message(&err), format!("outbox_publish: {expected}"));
+    }
+    // Same content, other headers: the first id, from both entry points.
+    let again = env
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({"n": 1}))
+            .with_tenant("t1")
+            .with_dispatch_key("k-1")
+            .with_headers(json!({"traceparent": "00-other"}))])
+        .await[0];
+    let sql_again: i64 = sqlx::query_scalar(
+        "SELECT outbox_publish('mail.welcome', '{\"n\": 1}'::jsonb, 't1', 'k-1', '{\"x\": 1}'::jsonb)",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!((again, sql_again), (first, first));
+    assert_eq!(env.count("pending").await, 1);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn producers_cannot_use_the_hosts_dispatch_key_prefixes(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    for (key, prefix) in [
+        ("child:1:audit-log:0", "child:"),
+        ("denied:1:h:kv:k", "denied:"),
+    ] {
+        let expected = format!(
+            "dispatch_key of mail.welcome starts with {prefix}, a prefix reserved for the host's own events"
+        );
+        let mut tx = env.pool.begin().await.unwrap();
+        let err = publish(
+            &mut tx,
+            NewEvent::new("mail.welcome", json!({})).with_dispatch_key(key),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.to_string(), expected);
+        tx.rollback().await.unwrap();
+        let err = sqlx::query("SELECT outbox_publish('mail.welcome', '{}'::jsonb, NULL, $1)")
+            .bind(key)
+            .execute(&env.pool)
+            .await
+            .unwrap_err();
+        assert_eq!(sql_message(&err), format!("outbox_publish: {expected}"));
+    }
+    assert_eq!(env.count("pending").await, 0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn sql_callers_cannot_raise_the_hosts_payload_limit(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let big = json!({"blob": "x".repeat(300 * 1024)});
+    let err = sqlx::query(
+        "SELECT outbox_publish('mail.welcome', $1, NULL, NULL, '{}'::jsonb, NULL, 1, NULL, 10000000)",
+    )
+    .bind(&big)
+    .execute(&env.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        sql_message(&err).ends_with("over the limit of 262144 bytes"),
+        "{err}"
+    );
+    // The host records its own limit at start; that one is the ceiling.
+    store::record_max_payload_bytes(&env.pool, 1024 * 1024)
+        .await
+        .unwrap();
+    let id: i64 = sqlx::query_scalar(
+        "SELECT outbox_publish('mail.welcome', $1, NULL, NULL, '{}'::jsonb, NULL, 1, NULL, 10000000)",
+    )
+    .bind(&big)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert!(id > 0);
+    // A caller may still lower it.
+    let err = sqlx::query(
+        "SELECT outbox_publish('mail.welcome', '{\"a\": 1}'::jsonb, NULL, NULL, '{}'::jsonb, NULL, 1, NULL, 5)",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        sql_message(&err).ends_with("over the limit of 5 bytes"),
+        "{err}"
+    );
 }

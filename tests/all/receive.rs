@@ -282,12 +282,14 @@ async fn receiver_killed_mid_handler_is_rerun_without_duplicate_children(pool: P
         .query_async(&mut conn)
         .await
         .unwrap();
-    env.publish_all(vec![NewEvent::new(
-        "workflow.execution.requested",
-        json!({"workflow_id": "welcome", "trigger_event_id": trigger, "data": {}}),
-    )
-    .with_dispatch_key(format!("child:{trigger}:workflow-trigger:0"))])
-        .await;
+    // `child:` keys are the host's own (producers may not use them): insert the row directly.
+    sqlx::query("INSERT INTO outbox_event (event_type, payload, dispatch_key) VALUES ($1, $2, $3)")
+        .bind("workflow.execution.requested")
+        .bind(json!({"workflow_id": "welcome", "trigger_event_id": trigger, "data": {}}))
+        .bind(format!("child:{trigger}:workflow-trigger:0"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
 
     for queue in running.receivers.queues_for_group(Some("general")) {
         let r = running.receivers.clone();

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use sha2::{Digest, Sha256};
 
 use super::clip;
 use super::publish::{bounded_dispatch_key, child_headers, ParentEvent};
@@ -221,13 +222,20 @@ fn capability_label(capability: &str) -> &'static str {
     }
 }
 
-/// Dispatch key of the denial event for one (parent, handler, capability, target).
+/// Dispatch key of the denial event for one (parent, handler, capability, target). A target
+/// outside the key charset (printable ASCII without spaces) is replaced by its SHA-256, so the
+/// key follows the same rule as every producer's.
 pub fn denial_dispatch_key(
     parent_id: i64,
     handler: &str,
     capability: &str,
     target: &str,
 ) -> String {
+    let target = if target.bytes().all(|b| b.is_ascii_graphic()) {
+        target.to_string()
+    } else {
+        format!("sha256:{}", hex::encode(Sha256::digest(target.as_bytes())))
+    };
     bounded_dispatch_key(format!(
         "denied:{parent_id}:{handler}:{capability}:{target}"
     ))

@@ -13,16 +13,13 @@ use sha2::{Digest, Sha256};
 use super::{clip, DeliveryScope};
 use crate::plugin::bindings::handler_world::outbox::plugin::publish as wit_publish;
 use crate::plugin::bindings::{HostCallError, WitEvent};
-use crate::publish::{publish_with_limit, validate, NewEvent};
+use crate::publish::{publish_as, validate_as, NewEvent, Publisher, MAX_KEY_BYTES};
 
 /// The capability name the policy is asked about.
 pub const CAPABILITY: &str = "publish";
 
 /// Deadline of one outbox insert issued for a plugin.
 const DB_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Longest dispatch key, characters; longer keys keep a readable head and a hash of the whole.
-const MAX_DISPATCH_KEY: usize = 512;
 
 /// The event being handled: the parent of whatever the handler publishes.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,7 +104,7 @@ impl Children {
             .with_dispatch_key(child_dispatch_key(parent.id, &scope.handler, index))
             .with_headers(child_headers(parent, &scope.handler, extra));
         child.tenant_id = event.tenant_id.or_else(|| parent.tenant_id.clone());
-        validate(&child, scope.host.max_payload_bytes)
+        validate_as(&child, scope.host.max_payload_bytes, Publisher::Host)
             .map_err(|e| HostCallError::Failed(e.to_string()))?;
         let id = insert(scope, child).map_err(HostCallError::Failed)?;
         if let Ok(mut ids) = self.published.lock() {
@@ -117,14 +114,14 @@ impl Children {
     }
 }
 
-/// Insert one event in its own short transaction; the existing id when its dispatch key was
-/// used before.
+/// Insert one host event (a child or a denial: reserved key prefixes allowed) in its own short
+/// transaction; the existing id when its dispatch key already names the same event.
 pub(crate) fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
     let pool = &scope.host.pool;
     let limit = scope.host.max_payload_bytes.max(1024);
     let work = async move {
         let mut tx = pool.begin().await.map_err(|e| format!("publish: {e}"))?;
-        let id = publish_with_limit(&mut tx, event, limit)
+        let id = publish_as(&mut tx, event, limit, Publisher::Host)
             .await
             .map_err(|e| e.to_string())?;
         tx.commit()
@@ -179,15 +176,15 @@ pub fn child_dispatch_key(parent_id: i64, handler: &str, index: u32) -> String {
     bounded_dispatch_key(format!("child:{parent_id}:{handler}:{index}"))
 }
 
-/// Keys over the 512-character dispatch key limit keep a readable head and a hash of the whole.
+/// Keys over the 512-byte dispatch key limit keep a readable head and a hash of the whole.
 pub(crate) fn bounded_dispatch_key(key: String) -> String {
-    if key.len() <= MAX_DISPATCH_KEY {
+    if key.len() <= MAX_KEY_BYTES {
         return key;
     }
     let digest = hex::encode(Sha256::digest(key.as_bytes()));
     format!(
         "{}~sha256:{digest}",
-        clip(&key, MAX_DISPATCH_KEY - 8 - digest.len())
+        clip(&key, MAX_KEY_BYTES - 8 - digest.len())
     )
 }
 
@@ -209,6 +206,9 @@ mod tests {
         assert!(a.len() <= 512 && b.len() <= 512, "{}", a.len());
         assert_ne!(a, b);
         assert_eq!(a, denial_dispatch_key(42, "h", "kv", &long));
+        let spaced = denial_dispatch_key(42, "h", "kv", "a key\n");
+        assert!(spaced.starts_with("denied:42:h:kv:sha256:"), "{spaced}");
+        assert!(spaced.bytes().all(|b| b.is_ascii_graphic()), "{spaced}");
     }
 
     #[test]

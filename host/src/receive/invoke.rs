@@ -88,7 +88,7 @@ impl Receivers {
         };
         let services = self
             .handler_host
-            .services(plugin.clone(), event.clone(), handler);
+            .services(plugin.clone(), event.clone(), &plugin_name);
         let published = services.published_ids_handle();
         let delivery = Delivery {
             event,
