@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::host::start_plugins;
+use outbox_host::live_config::LiveConfig;
 use outbox_host::receive::Receivers;
 use outbox_host::NewEvent;
 use outbox_tests::{PluginFixture, TestEnv};
@@ -52,7 +52,7 @@ async fn two_hook_subscribers_each_publish_their_own_first_child(pool: PgPool) {
     env.settings.dispatch_interval = Duration::from_millis(100);
     let fixture = PluginFixture::new(&["capability-policy", "plugin-hook", "test/greedy"], ROUTES);
     let config = fixture.config(&env.settings);
-    let live = start_plugins(&config).await.unwrap();
+    let live = LiveConfig::start(&config).await.unwrap();
     let shutdown = CancellationToken::new();
     let dispatcher = env
         .dispatcher_routed_by("hooks-dispatch", live.router.clone())
