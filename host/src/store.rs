@@ -596,13 +596,15 @@ pub async fn create_database_if_missing(pool: &PgPool, name: &str) -> Result<boo
     Ok(true)
 }
 
-/// Empty the outbox: every event, delivery and worker row, ids restarting at 1 (the demo's
+/// Empty the outbox: every event, delivery, worker and receipt row, ids restarting at 1 (the demo's
 /// fresh start; never on a database a host is serving).
 pub async fn empty_outbox(pool: &PgPool) -> Result<(), StoreError> {
-    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
-        .execute(pool)
-        .await
-        .context("empty the outbox tables")?;
+    sqlx::query(
+        "TRUNCATE outbox_event, outbox_delivery, outbox_worker, outbox_receipt RESTART IDENTITY",
+    )
+    .execute(pool)
+    .await
+    .context("empty the outbox tables")?;
     Ok(())
 }
 
