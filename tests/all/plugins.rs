@@ -157,6 +157,37 @@ async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
     env.cleanup().await;
 }
 
+#[sqlx::test(migrations = "../migrations")]
+async fn a_router_answer_naming_a_queue_twice_fails_only_that_event(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let extra = "[router.overrides]\n\"twice.\" = \"twice-router\"\n\
+                 [plugins.twice-router]\nfile = \"prefix-router.wasm\"\n\
+                 config = { routes = { \"twice.\" = [\"outbox.mail\", \"outbox.mail\"] } }\n";
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(extra));
+    let config = fixture.config(&env.settings);
+    let live = LiveConfig::start(&config).await.unwrap();
+    let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
+    let ids = env
+        .publish_all(vec![
+            NewEvent::new("twice.x", json!({})),
+            NewEvent::new("mail.welcome", json!({})),
+        ])
+        .await;
+    // Before: the batch's delivery upsert failed ("cannot affect row a second time"), nothing
+    // of the batch was recorded, and it came back after every lease.
+    let report = dispatcher.drain().await.unwrap();
+    assert_eq!(report.done, 1, "the other event goes on: {report:?}");
+    let (status, _, error) = env.status(ids[0]).await;
+    let error = error.unwrap();
+    assert_eq!(status, "pending", "retried like any router failure");
+    assert!(
+        error.contains("returned queue 'outbox.mail' twice"),
+        "{error}"
+    );
+    assert_eq!(env.event_ids("outbox.mail").await, vec![ids[1]]);
+    env.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_guest_cannot_read_files_env_or_open_sockets() {
     let extra = "[router.overrides]\n\"probe.\" = \"sandbox-probe\"\n[plugins.sandbox-probe]\n";
