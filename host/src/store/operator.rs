@@ -1,0 +1,273 @@
+//! Operator reads: what `outbox stats`, `plugins list` and the demo show (counts by status,
+//! failures by type, heartbeats, receipts), and the demo's database set-up.
+//!
+//! Owns only reads, plus creating and emptying the demo's own database. It never touches a row
+//! a dispatcher may hold (no claim, no outcome), so nothing here can disturb the claim path.
+
+use std::time::Duration;
+
+use sqlx::{PgPool, Row};
+
+use super::{Context, StoreError};
+
+/// Row counts by status, for `outbox stats` and the demo.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCounts {
+    /// Waiting to be claimed (including retries not yet due).
+    pub pending: i64,
+    /// Claimed, lease running.
+    pub processing: i64,
+    /// Handed to every destination queue.
+    pub done: i64,
+    /// Given up (retries exhausted or no route): the `failed` status, not a receiver dead letter.
+    pub failed: i64,
+    /// Cancelled by an operator.
+    pub cancelled: i64,
+    /// Pending events older than 60 s (the alerting figure).
+    pub pending_older_than_60s: i64,
+}
+
+/// Count rows by status.
+pub async fn status_counts(pool: &PgPool) -> Result<StatusCounts, StoreError> {
+    let row = sqlx::query(
+        r#"
+        SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
+               count(*) FILTER (WHERE status = 'processing') AS processing,
+               count(*) FILTER (WHERE status = 'done') AS done,
+               count(*) FILTER (WHERE status = 'failed') AS failed,
+               count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+               count(*) FILTER (WHERE status = 'pending' AND created_at < now() - interval '60 seconds')
+                   AS old_pending
+        FROM outbox_event
+        "#,
+    )
+    .fetch_one(pool)
+    .await
+    .context("status_counts")?;
+    Ok(StatusCounts {
+        pending: row.get("pending"),
+        processing: row.get("processing"),
+        done: row.get("done"),
+        failed: row.get("failed"),
+        cancelled: row.get("cancelled"),
+        pending_older_than_60s: row.get("old_pending"),
+    })
+}
+
+// ---- Operator queries: what `outbox stats`, `outbox plugins list` and the demo show. ----
+
+/// `url` with its database name replaced (`postgres://u@h/a?x=1` + `b` ->
+/// `postgres://u@h/b?x=1`).
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{database}?{q}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+/// Create database `name` on the server `pool` is connected to, unless it exists (the name is
+/// quoted as an identifier, so use a lowercase one). Returns whether it was created.
+pub async fn create_database_if_missing(pool: &PgPool, name: &str) -> Result<bool, StoreError> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(pool)
+            .await
+            .context(format!("look up database {name}"))?;
+    if exists {
+        return Ok(false);
+    }
+    sqlx::query(&format!(
+        "CREATE DATABASE \"{}\"",
+        name.replace('"', "\"\"")
+    ))
+    .execute(pool)
+    .await
+    .context(format!("create database {name}"))?;
+    Ok(true)
+}
+
+/// Empty the outbox: every event, delivery, worker and receipt row, ids restarting at 1 (the demo's
+/// fresh start; never on a database a host is serving).
+pub async fn empty_outbox(pool: &PgPool) -> Result<(), StoreError> {
+    sqlx::query(
+        "TRUNCATE outbox_event, outbox_delivery, outbox_worker, outbox_receipt RESTART IDENTITY",
+    )
+    .execute(pool)
+    .await
+    .context("empty the outbox tables")?;
+    Ok(())
+}
+
+/// How many failed events of one type.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FailedTypeCount {
+    /// Event type.
+    pub event_type: String,
+    /// Failed events of that type.
+    pub count: i64,
+}
+
+/// Failed events counted by type, most first, at most `limit` types.
+pub async fn failed_counts_by_type(
+    pool: &PgPool,
+    limit: i64,
+) -> Result<Vec<FailedTypeCount>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT event_type, count(*) AS n FROM outbox_event WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+    .context("failed events by type")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| FailedTypeCount {
+            event_type: r.get("event_type"),
+            count: r.get("n"),
+        })
+        .collect())
+}
+
+/// One failed event and why it failed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FailedEvent {
+    /// Event id.
+    pub id: i64,
+    /// Event type.
+    pub event_type: String,
+    /// The last error recorded for it.
+    pub last_error: Option<String>,
+}
+
+/// Every failed event, oldest id first.
+pub async fn failed_events(pool: &PgPool) -> Result<Vec<FailedEvent>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, event_type, last_error FROM outbox_event WHERE status = 'failed' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .context("failed events")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| FailedEvent {
+            id: r.get("id"),
+            event_type: r.get("event_type"),
+            last_error: r.get("last_error"),
+        })
+        .collect())
+}
+
+/// Fan-out deliveries recorded as done (`outbox_delivery`).
+pub async fn done_delivery_count(pool: &PgPool) -> Result<i64, StoreError> {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_delivery WHERE status = 'done'")
+        .fetch_one(pool)
+        .await
+        .context("count done deliveries")
+}
+
+/// A host process as its last heartbeat (`outbox_worker`) shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WorkerHeartbeat {
+    /// Worker id (`outbox_worker.id`).
+    pub id: String,
+    /// Host name of the process.
+    pub host_name: String,
+    /// Seconds since its last heartbeat.
+    pub last_seen_seconds_ago: f64,
+    /// The counters it reported (JSON object; `plugins` is its plugin list, if any).
+    pub counters: serde_json::Value,
+}
+
+fn heartbeat_from_row(r: &sqlx::postgres::PgRow) -> WorkerHeartbeat {
+    WorkerHeartbeat {
+        id: r.get("id"),
+        host_name: r.get("host_name"),
+        last_seen_seconds_ago: r.get("age"),
+        counters: r.get("counters"),
+    }
+}
+
+/// The `limit` most recently seen workers, most recent first.
+pub async fn recent_workers(pool: &PgPool, limit: i64) -> Result<Vec<WorkerHeartbeat>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, host_name, extract(epoch FROM now() - last_seen)::float8 AS age, counters \
+         FROM outbox_worker ORDER BY last_seen DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+    .context("reading host heartbeats (outbox_worker)")?;
+    Ok(rows.iter().map(heartbeat_from_row).collect())
+}
+
+/// Workers seen within `within` whose heartbeat carries a plugin list (`counters.plugins`),
+/// ordered by id.
+pub async fn live_workers_with_plugins(
+    pool: &PgPool,
+    within: Duration,
+) -> Result<Vec<WorkerHeartbeat>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, host_name, extract(epoch FROM now() - last_seen)::float8 AS age, counters \
+         FROM outbox_worker \
+         WHERE last_seen > now() - make_interval(secs => $1) \
+           AND jsonb_typeof(counters->'plugins') = 'array' \
+         ORDER BY id",
+    )
+    .bind(within.as_secs_f64())
+    .fetch_all(pool)
+    .await
+    .context("reading host heartbeats (outbox_worker)")?;
+    Ok(rows.iter().map(heartbeat_from_row).collect())
+}
+
+/// What one handler made of one event (`outbox_receipt`), with the event's type.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReceiptRow {
+    /// The handled event.
+    pub event_id: i64,
+    /// Its type (none once the event row is gone).
+    pub event_type: Option<String>,
+    /// The handler plugin.
+    pub handler: String,
+    /// `ok`, `retry` or `dead`.
+    pub result: String,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// Events the handler published.
+    pub published_ids: Vec<i64>,
+    /// Time of the last attempt, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// Every receipt, by event id.
+pub async fn receipts(pool: &PgPool) -> Result<Vec<ReceiptRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT r.event_id, e.event_type, r.handler, r.result, r.attempts, r.published_ids, r.duration_ms \
+         FROM outbox_receipt r LEFT JOIN outbox_event e ON e.id = r.event_id ORDER BY r.event_id",
+    )
+    .fetch_all(pool)
+    .await
+    .context("reading receipts (outbox_receipt)")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| ReceiptRow {
+            event_id: r.get("event_id"),
+            event_type: r.get("event_type"),
+            handler: r.get("handler"),
+            result: r.get("result"),
+            attempts: r.get("attempts"),
+            published_ids: r.get("published_ids"),
+            duration_ms: r.get("duration_ms"),
+        })
+        .collect())
+}
