@@ -413,23 +413,10 @@ impl Dispatcher {
                 }
                 Err(e) => route_one_by_one(router, &shared, &e.to_string()),
             };
-            // Whatever the router, an empty queue list must not count as delivered, and a queue
-            // named twice for one event would make the batch's delivery records unwritable.
+            // Whatever the router, only a valid, bounded answer reaches the sink and the store.
             decisions
                 .into_iter()
-                .map(|d| match d {
-                    RouteDecision::Queues(q) if q.is_empty() => {
-                        RouteDecision::Error(format!("router {} returned no queue", router.name()))
-                    }
-                    RouteDecision::Queues(q) => match repeated_queue(&q) {
-                        Some(queue) => RouteDecision::Error(format!(
-                            "router {} returned queue '{queue}' twice for one event",
-                            router.name()
-                        )),
-                        None => RouteDecision::Queues(q),
-                    },
-                    other => other,
-                })
+                .map(|d| d.checked(router.name()))
                 .collect::<Vec<_>>()
         })
         .await;
@@ -453,15 +440,6 @@ impl Dispatcher {
             EventOutcome::Retry { error, delay }
         }
     }
-}
-
-/// The first queue that stands twice in one event's queue list.
-fn repeated_queue(queues: &[String]) -> Option<&str> {
-    queues
-        .iter()
-        .enumerate()
-        .find(|(i, q)| queues[..*i].contains(q))
-        .map(|(_, q)| q.as_str())
 }
 
 fn route_one_by_one(

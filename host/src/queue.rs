@@ -16,6 +16,10 @@ use crate::store::ClaimedEvent;
 /// Consumer group every outbox receiver joins on a queue's stream.
 pub const CONSUMER_GROUP: &str = "outbox";
 
+/// What a queue's dead-letter stream adds to the queue's stream key (`{prefix}{queue}.dead-letter`).
+/// A queue name never ends with it (see [`crate::config::validate_queue_name`]).
+pub const DEAD_LETTER_SUFFIX: &str = ".dead-letter";
+
 /// Value of a handled marker while a consumer runs the handler: `running:<consumer>`.
 pub const MARKER_RUNNING: &str = "running:";
 /// Value of a handled marker once the handler finished (kept for the idempotency TTL).
@@ -129,7 +133,7 @@ impl QueueKeys {
 
     /// A queue's dead-letter stream: `{prefix}{queue}.dead-letter`.
     pub fn dead_letter_stream(&self, queue: &str) -> String {
-        format!("{}{}.dead-letter", self.prefix, queue)
+        format!("{}{}{DEAD_LETTER_SUFFIX}", self.prefix, queue)
     }
 
     /// Plugin `plugin`'s kv key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or `%` in the

@@ -30,9 +30,25 @@ impl Route {
 /// from `routes.toml` (for the default prefix router: the routing table).
 pub trait Router {
     /// Route `events`. Must return exactly one [`Route`] per event, in the same order; the host
-    /// rejects the whole batch otherwise.
+    /// rejects the whole batch otherwise. Called only when [`Router::check_config`] accepted
+    /// `config`.
     fn route(config: &Config, events: Vec<Event>) -> Vec<Route>;
+
+    /// Whether `config` is usable, before any event is routed with it; by default every config
+    /// is. An `Err` fails the whole call (the host retries the events later, like any failed
+    /// router call, with this message saying the config is at fault) instead of turning a
+    /// broken config into `no-route` failures of good events. The host also calls the router
+    /// with an empty batch when `routes.toml` is (re)loaded, so a config this refuses is
+    /// refused at load time and the previous config keeps serving.
+    fn check_config(config: &Config) -> Result<(), String> {
+        let _ = config;
+        Ok(())
+    }
 }
+
+/// How a router's refusal of its config starts (the host recognises it in a failed call).
+#[doc(hidden)]
+pub const INVALID_CONFIG_MARK: &str = "outbox router: invalid plugin config";
 
 /// Adapts a [`Router`] to the generated `router-api` export. Used by [`export_router!`](crate::export_router).
 #[doc(hidden)]
@@ -40,8 +56,14 @@ pub struct RouterExport<R>(std::marker::PhantomData<R>);
 
 impl<R: Router> Guest for RouterExport<R> {
     fn route(config: String, events: Vec<WitEvent>) -> Vec<RouteDecision> {
+        let config = Config::new(config);
+        if let Err(error) = R::check_config(&config) {
+            // The WIT answer has no error case: failing the call is the one way to say the
+            // config, not the events, is at fault (the host reports the message below).
+            panic!("{INVALID_CONFIG_MARK}: {error}");
+        }
         let events = events.into_iter().map(Event::from).collect();
-        R::route(&Config::new(config), events)
+        R::route(&config, events)
             .into_iter()
             .map(|route| match route {
                 Route::Queues(queues) => RouteDecision::Queues(queues),

@@ -5,6 +5,7 @@
 mod claim;
 mod dispatch;
 mod failures;
+mod guest_answers;
 mod hook_children;
 mod http;
 mod plugins;

@@ -382,16 +382,34 @@ pub fn validate_plugin_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Check a queue name (it becomes a Redis key).
+/// Longest queue name, bytes.
+pub const MAX_QUEUE_NAME_BYTES: usize = 200;
+
+/// Check a queue name. It becomes part of Redis keys (`{prefix}{queue}`, its markers, retry set
+/// and dead-letter stream), so it must never be able to name one of the host's own keys: no `:`
+/// (the host's keys are `{prefix}outbox:...`) and no `.dead-letter` ending (queue `x.dead-letter`
+/// would be queue `x`'s dead-letter stream). The same rule holds for `routes.toml`, router
+/// plugin answers and `outbox plugins call --queue`.
 pub fn validate_queue_name(queue: &str) -> Result<(), String> {
-    if queue.is_empty() || queue.len() > 200 {
-        return Err("queue names are 1 to 200 characters".into());
+    if queue.is_empty() || queue.len() > MAX_QUEUE_NAME_BYTES {
+        return Err(format!(
+            "queue names are 1 to {MAX_QUEUE_NAME_BYTES} characters"
+        ));
     }
     if !queue
         .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     {
-        return Err("queue names use letters, digits, '.', '_', '-' and ':'".into());
+        return Err(
+            "queue names use letters, digits, '.', '_' and '-' (no ':', which the host's own Redis keys use)"
+                .into(),
+        );
+    }
+    if queue.ends_with(crate::queue::DEAD_LETTER_SUFFIX) {
+        return Err(format!(
+            "a queue name must not end in '{}' (that names another queue's dead-letter stream)",
+            crate::queue::DEAD_LETTER_SUFFIX
+        ));
     }
     Ok(())
 }

@@ -138,6 +138,7 @@ impl LoadedPlugin {
         let answer = self
             .engine
             .call_router(&self.name, pre, &self.limits, &self.config_json, events)
+            .map_err(|e| self.explain_config_refusal(e))
             .and_then(|answer| {
                 if answer.len() == events.len() {
                     Ok(answer)
@@ -168,14 +169,21 @@ impl LoadedPlugin {
         let Prepared::Handler(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Handler));
         };
-        let outcome = self.engine.call_handler(
-            &self.name,
-            pre,
-            &self.limits,
-            services,
-            &self.config_json,
-            delivery,
-        );
+        let outcome = self
+            .engine
+            .call_handler(
+                &self.name,
+                pre,
+                &self.limits,
+                services,
+                &self.config_json,
+                delivery,
+            )
+            .map(|outcome| match outcome {
+                Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
+                Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
+                ok => ok,
+            });
         self.record_call(outcome.is_ok());
         outcome
     }
@@ -187,11 +195,51 @@ impl LoadedPlugin {
         let Prepared::Policy(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Policy));
         };
-        let decision =
-            self.engine
-                .call_policy(&self.name, pre, &self.limits, &self.config_json, request);
+        let decision = self
+            .engine
+            .call_policy(&self.name, pre, &self.limits, &self.config_json, request)
+            .map(|decision| match decision {
+                Decision::Deny(reason) => Decision::Deny(super::bounded_reason(&reason)),
+                allow => allow,
+            });
         self.record_call(decision.is_ok());
         decision
+    }
+
+    /// Whether this router plugin accepts its config: one call with an empty batch, not counted
+    /// as a call. `Err` only when the plugin refused its config (`Router::check_config` in the
+    /// SDK); any other failure of the empty call is left to the calls that route events. Not a
+    /// router: `Ok`. Runs WebAssembly: call it from a blocking thread.
+    pub fn check_router_config(&self) -> Result<(), PluginError> {
+        let Prepared::Router(pre) = &self.compiled.prepared else {
+            return Ok(());
+        };
+        match self
+            .engine
+            .call_router(&self.name, pre, &self.limits, &self.config_json, &[])
+            .map_err(|e| self.explain_config_refusal(e))
+        {
+            Err(e @ PluginError::Config { .. }) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// A failed router call whose guest said its config is invalid, as [`PluginError::Config`].
+    fn explain_config_refusal(&self, error: PluginError) -> PluginError {
+        match &error {
+            PluginError::Call { message, .. } => match message.split_once(ROUTER_CONFIG_REFUSED) {
+                Some((_, reason)) => PluginError::Config {
+                    plugin: self.name.to_string(),
+                    message: reason
+                        .trim_start_matches(':')
+                        .trim()
+                        .trim_end_matches(')')
+                        .to_string(),
+                },
+                None => error,
+            },
+            _ => error,
+        }
     }
 
     fn wrong_world(&self, expected: World) -> PluginError {
@@ -202,6 +250,10 @@ impl LoadedPlugin {
         }
     }
 }
+
+/// How a router built with the SDK says it refuses its config (the SDK panics with this text
+/// first, `outbox_plugin_sdk::router::INVALID_CONFIG_MARK`; the WIT answer has no error case).
+const ROUTER_CONFIG_REFUSED: &str = "outbox router: invalid plugin config";
 
 /// What `outbox plugins list` prints for one plugin.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -353,6 +405,26 @@ impl PluginRegistry {
                 engine: self.engine.clone(),
             };
             next.insert(name.clone(), Arc::new(plugin));
+        }
+        // A router plugin that refuses its (new) config must not start serving with it.
+        for plugin in next.values() {
+            let unchanged = current.get(plugin.name.as_ref()).is_some_and(|o| {
+                o.compiled.hash == plugin.compiled.hash && o.config_json == plugin.config_json
+            });
+            if unchanged || plugin.world() != World::Router {
+                continue;
+            }
+            let checked = plugin.clone();
+            let verdict = tokio::task::spawn_blocking(move || checked.check_router_config())
+                .await
+                .unwrap_or(Ok(()));
+            match verdict {
+                Err(e) if lenient => {
+                    tracing::error!("{e}; its events are retried until routes.toml is fixed")
+                }
+                Err(e) => return Err(e),
+                Ok(()) => {}
+            }
         }
         for (name, plugin) in &next {
             if current.get(name).map(|o| &o.compiled.hash) != Some(&plugin.compiled.hash) {

@@ -68,22 +68,15 @@ impl PluginRouter {
             .ok_or_else(|| PluginError::NotLoaded(plugin_name.to_string()))?;
         let wit_events: Vec<WitEvent> = events.iter().map(|e| to_wit_event(e)).collect();
         let answer = plugin.call_router(&wit_events)?;
+        let router = format!("plugin {plugin_name}");
         Ok(answer
             .into_iter()
-            .map(|d| match d {
-                WitDecision::Queues(q) if q.is_empty() => {
-                    RouteDecision::Error(format!("router plugin {plugin_name} returned no queue"))
+            .map(|d| {
+                match d {
+                    WitDecision::Queues(queues) => RouteDecision::Queues(queues),
+                    WitDecision::NoRoute(reason) => RouteDecision::NoRoute(reason),
                 }
-                WitDecision::Queues(q) => match q
-                    .iter()
-                    .find(|q| crate::config::validate_queue_name(q).is_err())
-                {
-                    Some(bad) => RouteDecision::Error(format!(
-                        "router plugin {plugin_name} returned an invalid queue name {bad:?}"
-                    )),
-                    None => RouteDecision::Queues(q),
-                },
-                WitDecision::NoRoute(reason) => RouteDecision::NoRoute(reason),
+                .checked(&router)
             })
             .collect())
     }
@@ -133,6 +126,12 @@ impl Router for PluginRouter {
                 Ok(answer) => {
                     for (i, d) in indices.into_iter().zip(answer) {
                         decisions[i] = Some(d);
+                    }
+                }
+                // A refused config fails every event the same way: no point in one by one.
+                Err(e @ PluginError::Config { .. }) => {
+                    for i in indices {
+                        decisions[i] = Some(RouteDecision::Error(e.to_string()));
                     }
                 }
                 Err(e) if groups_is_whole(events.len(), batch.len()) => {

@@ -65,6 +65,56 @@ pub enum RouteDecision {
     Error(String),
 }
 
+/// Most queues one event may be routed to (fan-out). A router answer naming more fails that
+/// event (retried like any router failure).
+pub const MAX_QUEUES_PER_EVENT: usize = 32;
+
+impl RouteDecision {
+    /// This decision as the dispatcher may act on it, whatever router made it: a queue list
+    /// must be non-empty, hold at most [`MAX_QUEUES_PER_EVENT`] valid queue names
+    /// ([`crate::config::validate_queue_name`]), none twice; anything else becomes an
+    /// [`RouteDecision::Error`] naming `router` (retried, and the router is at fault, not the
+    /// event). Reasons are bounded ([`crate::plugin::bounded_reason`]) before anyone keeps them.
+    pub fn checked(self, router: &str) -> RouteDecision {
+        match self {
+            RouteDecision::Queues(queues) => match queue_list_problem(&queues) {
+                Some(problem) => RouteDecision::Error(format!("router {router} {problem}")),
+                None => RouteDecision::Queues(queues),
+            },
+            RouteDecision::NoRoute(reason) => {
+                RouteDecision::NoRoute(crate::plugin::bounded_reason(&reason))
+            }
+            RouteDecision::Error(reason) => {
+                RouteDecision::Error(crate::plugin::bounded_reason(&reason))
+            }
+        }
+    }
+}
+
+/// What is wrong with a queue list a router returned for one event, if anything.
+fn queue_list_problem(queues: &[String]) -> Option<String> {
+    if queues.is_empty() {
+        return Some("returned no queue".into());
+    }
+    if queues.len() > MAX_QUEUES_PER_EVENT {
+        return Some(format!(
+            "returned {} queues for one event (at most {MAX_QUEUES_PER_EVENT})",
+            queues.len()
+        ));
+    }
+    for (i, queue) in queues.iter().enumerate() {
+        if let Err(rule) = crate::config::validate_queue_name(queue) {
+            let shown = crate::plugin::bounded_reason(queue);
+            let shown: String = shown.chars().take(80).collect();
+            return Some(format!("returned an invalid queue name {shown:?}: {rule}"));
+        }
+        if queues[..i].contains(queue) {
+            return Some(format!("returned queue '{queue}' twice for one event"));
+        }
+    }
+    None
+}
+
 /// A failure of a whole routing call (not of one event).
 #[derive(Debug, thiserror::Error)]
 #[error("router {router}: {message}")]

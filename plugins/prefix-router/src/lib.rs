@@ -17,8 +17,9 @@
 //! - between a literal and a wildcard prefix of the same length, the literal wins;
 //! - an event no prefix matches gets `no-route` with the host's standard message.
 //!
-//! An invalid config (not the shape above, or a prefix with no queues) is logged and every event
-//! of the batch gets `no-route` explaining the config error.
+//! An invalid config (not the shape above, or a prefix with no queues) is refused by
+//! `check_config`: the host retries the events (the config is at fault, not them) and refuses a
+//! `routes.toml` that gives this router such a config.
 
 use std::collections::BTreeMap;
 
@@ -107,13 +108,17 @@ impl Table {
 struct PrefixRouter;
 
 impl Router for PrefixRouter {
+    fn check_config(config: &Config) -> Result<(), String> {
+        Table::from_config(config).map(|_| ())
+    }
+
     fn route(config: &Config, events: Vec<Event>) -> Vec<Route> {
         match Table::from_config(config) {
             Ok(table) => events.iter().map(|e| table.route(&e.event_type)).collect(),
+            // check_config refused this config before route was called; kept total all the same.
             Err(error) => {
-                let reason = format!("prefix-router: {error}");
-                log::error!("{reason}");
-                vec![Route::NoRoute(reason); events.len()]
+                log::error!("prefix-router: {error}");
+                vec![Route::NoRoute(format!("prefix-router: {error}")); events.len()]
             }
         }
     }

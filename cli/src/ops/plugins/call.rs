@@ -11,6 +11,7 @@ use outbox_host::plugin::bindings::{
 };
 use outbox_host::plugin::registry::plugin_config_json;
 use outbox_host::plugin::{LoadedPlugin, PluginEngine, PluginLimits, World};
+use outbox_host::routing::RouteDecision;
 use outbox_host::store;
 
 use super::{compile_file_offline, plugin_name_of, short_hash};
@@ -200,27 +201,21 @@ pub fn call_plugin_file(
             let call_time = started.elapsed();
             let answer = answer.map_err(|e| failed(e, call_time))?;
             for (event, decision) in events.iter().zip(answer) {
+                // Shown as the dispatcher would act on it (the same checks and bounds).
+                let decision = match decision {
+                    WitRouteDecision::Queues(q) => RouteDecision::Queues(q),
+                    WitRouteDecision::NoRoute(reason) => RouteDecision::NoRoute(reason),
+                }
+                .checked(&format!("plugin {}", plugin.name));
                 let line = match decision {
-                    WitRouteDecision::Queues(q) if q.is_empty() => format!(
-                        "{}: no queue (the host treats an empty list as an error)",
-                        event.event_type
-                    ),
-                    WitRouteDecision::Queues(q) => {
-                        let bad: Vec<&String> = q
-                            .iter()
-                            .filter(|q| outbox_host::config::validate_queue_name(q).is_err())
-                            .collect();
-                        let mut line = format!("{} -> {}", event.event_type, q.join(", "));
-                        if !bad.is_empty() {
-                            line.push_str(&format!(
-                                "  (invalid queue name {bad:?}: the host would fail this event)"
-                            ));
-                        }
-                        line
-                    }
-                    WitRouteDecision::NoRoute(reason) => {
+                    RouteDecision::Queues(q) => format!("{} -> {}", event.event_type, q.join(", ")),
+                    RouteDecision::NoRoute(reason) => {
                         format!("{}: no route ({reason})", event.event_type)
                     }
+                    RouteDecision::Error(error) => format!(
+                        "{}: {error} (the host would fail this call for the event and retry it)",
+                        event.event_type
+                    ),
                 };
                 out.push_str(&line);
                 out.push('\n');
