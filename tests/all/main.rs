@@ -7,6 +7,7 @@ mod dispatch;
 mod failures;
 mod hook_children;
 mod http;
+mod invoke_jobs;
 mod plugins;
 mod publish;
 mod receive;

@@ -64,12 +64,15 @@ grants = {{ publish = ["plugin.invoke."] }}
 
 [plugins.audit-log]
 file = "echo-handler.wasm"
+hooks = ["workflow.executed", "workflow.failed", "workflow.retried"]
 
 [plugins.notifier]
 file = "echo-handler.wasm"
+hooks = ["workflow.executed"]
 
 [plugins.flaky-handler]
 config = {{ succeed = {flaky_succeeds} }}
+hooks = ["workflow.retried"]
 
 [plugins.greedy]
 "#

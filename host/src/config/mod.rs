@@ -163,7 +163,7 @@ pub struct Grants {
 }
 
 /// `[plugins.NAME]`: one WebAssembly plugin, its limits, config and grants.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSpec {
     /// The `.wasm` file, relative to the plugin directory (default `NAME.wasm`).
@@ -184,7 +184,9 @@ pub struct PluginSpec {
     /// Capabilities this plugin may use.
     #[serde(default)]
     pub grants: Grants,
-    /// Hooks this plugin subscribes to (`plugin.hook.<hook>` events reach it).
+    /// Hooks this plugin subscribes to: a `plugin.invoke.<this plugin>` job for hook `<hook>`
+    /// (fanned out from a `plugin.hook.<hook>` event) runs it only when `<hook>` is listed here;
+    /// any other job naming it is dead-lettered unrun.
     #[serde(default)]
     pub hooks: Vec<String>,
 }
@@ -375,6 +377,15 @@ impl RoutesFile {
                 return Err(invalid(format!(
                     "[plugins.{name}]: fuel, memory_mb and timeout_ms must be positive"
                 )));
+            }
+            for hook in &spec.hooks {
+                crate::publish::validate_event_type(&format!("plugin.hook.{hook}")).map_err(
+                    |_| {
+                        invalid(format!(
+                            "[plugins.{name}] hooks: {hook:?} is not a hook name (plugin.hook.<hook> must be a valid event type: lowercase letters, digits, '_', '-', dot-separated)"
+                        ))
+                    },
+                )?;
             }
             if let Some(config) = &spec.config {
                 serde_json::to_value(config).map_err(|e| {
@@ -660,6 +671,24 @@ timeout_ms = 30000
             err.contains("handler plugin 'mailer' timeout_ms = 2000 ms"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn hooks_must_be_hook_names() {
+        for bad in ["", "Order.Paid", "order..paid", "order paid"] {
+            let err = RoutesFile::parse(
+                &format!("[policy]\nplugin = \"deny-all\"\n[plugins.audit]\nhooks = [{bad:?}]\n"),
+                Path::new("r.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("[plugins.audit] hooks:"), "{bad}: {err}");
+        }
+        RoutesFile::parse(
+            "[policy]\nplugin = \"deny-all\"\n[plugins.audit]\nhooks = [\"order.paid\", \"user\"]\n",
+            Path::new("r.toml"),
+        )
+        .unwrap();
     }
 
     #[test]
