@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
-use outbox_host::config::{Config, RoutesFile};
+use outbox_host::config::{Config, RoutesFile, Settings};
 use outbox_host::plugin::World;
 use outbox_host::{publish, store, Host, NewEvent};
 use tokio_util::sync::CancellationToken;
@@ -369,6 +369,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .or(cli.config)
                     .unwrap_or_else(|| PathBuf::from("routes.toml"));
                 let routes = RoutesFile::load(&path)?;
+                let settings = Settings::resolve(&routes.settings)?;
+                routes
+                    .check_receiver_lease(settings.receiver_lease)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
                 println!(
                     "{}: ok ({} routes, {} queue groups, {} plugins)",
                     path.display(),

@@ -106,6 +106,7 @@ impl HostBuilder {
             Some(c) => c,
             None => Config::from_env()?,
         };
+        config.check()?;
         let settings = Arc::new(config.settings.clone());
         let shutdown = self.shutdown.unwrap_or_default();
         let pool = match self.pool {

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -37,6 +38,9 @@ pub struct LiveConfig {
     pub router: RouterHandle,
     /// Where `routes.toml` lives (`None`: built in, not watched).
     pub routes_path: Option<PathBuf>,
+    /// The receiver lease in force (settings change only at a restart): a reload whose handler
+    /// plugins' time limits it no longer covers is rejected.
+    receiver_lease: Duration,
 }
 
 impl LiveConfig {
@@ -58,6 +62,7 @@ impl LiveConfig {
             routes: Arc::new(ArcSwap::from_pointee(config.routes.clone())),
             router,
             routes_path: config.path.clone(),
+            receiver_lease: config.settings.receiver_lease,
         })
     }
 
@@ -70,6 +75,9 @@ impl LiveConfig {
             Ok(next) => next,
             Err(e) => return self.reject(format!("{e}")),
         };
+        if let Err(e) = next.check_receiver_lease(self.receiver_lease) {
+            return self.reject(format!("{}: {e}", path.display()));
+        }
         if let Err(e) = self.registry.apply_config(&next).await {
             return self.reject(format!("{}: {e}", path.display()));
         }

@@ -20,7 +20,12 @@ pub const CONSUMER_GROUP: &str = "outbox";
 /// A queue name never ends with it (see [`crate::config::validate_queue_name`]).
 pub const DEAD_LETTER_SUFFIX: &str = ".dead-letter";
 
-/// Value of a handled marker while a consumer runs the handler: `running:<consumer>`.
+/// Value of a handled marker while a consumer runs the handler: `running:<owner token>`, the
+/// token being [`claim_owner`] (unique per claim). Every outcome script (ok, retry, dead letter)
+/// and the claim's renewal first compare the marker with the caller's `running:<owner token>`
+/// and change nothing when it differs: a consumer whose claim lapsed and was taken over can
+/// neither clear nor overwrite the new owner's marker, acknowledge the entry nor re-add it.
+/// Markers written before owner tokens (`running:<consumer>`) read the same way: running.
 pub const MARKER_RUNNING: &str = "running:";
 /// Value of a handled marker once the handler finished (kept for the idempotency TTL).
 pub const MARKER_DONE_OK: &str = "done:ok";
@@ -30,9 +35,16 @@ pub fn marker_is_done(value: &str) -> bool {
     value.starts_with("done")
 }
 
-/// The handled marker's value while `consumer` runs the handler.
-pub fn marker_running(consumer: &str) -> String {
-    format!("{MARKER_RUNNING}{consumer}")
+/// The owner token of one claim by `consumer`: `<consumer>:<nonce as 16 hex digits>`. The nonce
+/// (random per claim) tells two claims of one consumer apart, e.g. a claim that lapsed while
+/// its handler ran and the same consumer's later claim of the reclaimed entry.
+pub fn claim_owner(consumer: &str, nonce: u64) -> String {
+    format!("{consumer}:{nonce:016x}")
+}
+
+/// The handled marker's value while the claim with owner token `owner` runs the handler.
+pub fn marker_running(owner: &str) -> String {
+    format!("{MARKER_RUNNING}{owner}")
 }
 
 /// Field names of a queue stream entry.
@@ -121,7 +133,10 @@ impl QueueKeys {
     }
 
     /// The receiver's idempotency marker of (handler, event):
-    /// `{prefix}outbox:handled:{handler}:{event_id}`.
+    /// `{prefix}outbox:handled:{handler}:{event_id}`. Its value is `running:<owner token>`
+    /// while one claim runs the handler (expires after the receiver lease unless the owner
+    /// renews it), then [`MARKER_DONE_OK`] for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`; a retry or a
+    /// dead letter deletes it. Only the claim's owner changes it (see [`MARKER_RUNNING`]).
     pub fn handled_marker(&self, handler: &str, event_id: i64) -> String {
         format!("{}outbox:handled:{}:{}", self.prefix, handler, event_id)
     }
@@ -389,7 +404,11 @@ mod tests {
 
     #[test]
     fn markers() {
-        assert_eq!(marker_running("c1"), "running:c1");
+        assert_eq!(claim_owner("c1", 0xab), "c1:00000000000000ab");
+        assert_eq!(
+            marker_running(&claim_owner("c1", 1)),
+            "running:c1:0000000000000001"
+        );
         assert!(marker_is_done(MARKER_DONE_OK));
         assert!(!marker_is_done(&marker_running("c1")));
     }

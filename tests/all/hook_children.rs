@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 /// Two subscribers of one hook, both the `greedy` test plugin (it publishes `billing.charge`
-/// `{"amount": 1}` as its first child), each granted that publish.
+/// `{"amount": 1}` as its first child), each subscribed to the hook and granted that publish.
 const ROUTES: &str = r#"
 [routes]
 "plugin.hook." = "outbox.plugin-hook"
@@ -39,10 +39,12 @@ grants = { publish = ["plugin.invoke."] }
 
 [plugins.greedy-a]
 file = "greedy.wasm"
+hooks = ["order.paid"]
 grants = { publish = ["billing."] }
 
 [plugins.greedy-b]
 file = "greedy.wasm"
+hooks = ["order.paid"]
 grants = { publish = ["billing."] }
 "#;
 

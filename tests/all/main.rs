@@ -8,6 +8,8 @@ mod failures;
 mod guest_answers;
 mod hook_children;
 mod http;
+mod invoke_jobs;
 mod plugins;
 mod publish;
 mod receive;
+mod receive_claims;

@@ -64,12 +64,15 @@ grants = {{ publish = ["plugin.invoke."] }}
 
 [plugins.audit-log]
 file = "echo-handler.wasm"
+hooks = ["workflow.executed", "workflow.failed", "workflow.retried"]
 
 [plugins.notifier]
 file = "echo-handler.wasm"
+hooks = ["workflow.executed"]
 
 [plugins.flaky-handler]
 config = {{ succeed = {flaky_succeeds} }}
+hooks = ["workflow.retried"]
 
 [plugins.greedy]
 "#
@@ -455,6 +458,9 @@ async fn consumer_dying_with_entries_lets_another_take_them_after_the_lease(pool
 async fn always_failing_handler_dead_letters_then_replay_delivers_after_a_fix(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
     test_env_settings(&mut env);
+    // The fix is a hot reload, which is checked against the lease: cover the handlers' default
+    // 2000 ms time limit plus the margin.
+    env.settings.receiver_lease = Duration::from_secs(8);
     let fixture = PluginFixture::new(PLUGINS, &routes(false));
     let running = start(&env, &fixture, "c1", true).await;
     let id = env

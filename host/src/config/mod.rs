@@ -11,6 +11,7 @@ mod settings;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -162,7 +163,7 @@ pub struct Grants {
 }
 
 /// `[plugins.NAME]`: one WebAssembly plugin, its limits, config and grants.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSpec {
     /// The `.wasm` file, relative to the plugin directory (default `NAME.wasm`).
@@ -183,7 +184,9 @@ pub struct PluginSpec {
     /// Capabilities this plugin may use.
     #[serde(default)]
     pub grants: Grants,
-    /// Hooks this plugin subscribes to (`plugin.hook.<hook>` events reach it).
+    /// Hooks this plugin subscribes to: a `plugin.invoke.<this plugin>` job for hook `<hook>`
+    /// (fanned out from a `plugin.hook.<hook>` event) runs it only when `<hook>` is listed here;
+    /// any other job naming it is dead-lettered unrun.
     #[serde(default)]
     pub hooks: Vec<String>,
 }
@@ -215,6 +218,12 @@ pub struct RoutesFile {
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginSpec>,
 }
+
+/// How much longer than the slowest handler plugin's `timeout_ms` the receiver lease
+/// (`OUTBOX_RECEIVER_LEASE_MS`) must be: room for the claim, the outcome script and a busy
+/// runtime around the call, so that a handler within its time limit never outlives its claim
+/// even before the claim is renewed.
+pub const RECEIVER_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The default `routes.toml` shipped with the product (the table of DESIGN.md).
 pub const DEFAULT_ROUTES_TOML: &str = include_str!("../../../routes.toml");
@@ -250,6 +259,52 @@ impl RoutesFile {
                 })
                 .collect(),
         )
+    }
+
+    /// The plugins receivers run as handlers, with their time limit: those bound to a queue in
+    /// `[handlers]`, and, when a queue is bound to `builtin:plugin-invoke`, those subscribed to
+    /// a hook (`hooks`). Plugins not declared under `[plugins]` are left out.
+    pub fn handler_plugin_timeouts(&self) -> BTreeMap<&str, Duration> {
+        let invokes = self
+            .handlers
+            .values()
+            .any(|h| h == crate::receive::BUILTIN_PLUGIN_INVOKE);
+        self.plugins
+            .iter()
+            .filter(|(name, spec)| {
+                self.handlers.values().any(|h| h == *name) || (invokes && !spec.hooks.is_empty())
+            })
+            .map(|(name, spec)| {
+                (
+                    name.as_str(),
+                    crate::plugin::PluginLimits::from_spec(spec).timeout,
+                )
+            })
+            .collect()
+    }
+
+    /// Check that a receiver lease of `lease` covers every handler plugin's time limit plus
+    /// [`RECEIVER_LEASE_MARGIN`]; otherwise the error names the setting, the slowest plugin and
+    /// the smallest lease that would do.
+    pub fn check_receiver_lease(&self, lease: Duration) -> Result<(), String> {
+        let Some((plugin, timeout)) = self
+            .handler_plugin_timeouts()
+            .into_iter()
+            .max_by_key(|(_, timeout)| *timeout)
+        else {
+            return Ok(());
+        };
+        let needed = timeout + RECEIVER_LEASE_MARGIN;
+        if lease >= needed {
+            return Ok(());
+        }
+        Err(format!(
+            "receiver lease OUTBOX_RECEIVER_LEASE_MS ([settings] receiver_lease_ms) = {} ms is shorter than handler plugin '{plugin}' timeout_ms = {} ms plus a {} ms margin: another consumer could take an entry over while the handler still runs; set it to at least {} (or lower [plugins.{plugin}] timeout_ms)",
+            lease.as_millis(),
+            timeout.as_millis(),
+            RECEIVER_LEASE_MARGIN.as_millis(),
+            needed.as_millis(),
+        ))
     }
 
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
@@ -322,6 +377,15 @@ impl RoutesFile {
                 return Err(invalid(format!(
                     "[plugins.{name}]: fuel, memory_mb and timeout_ms must be positive"
                 )));
+            }
+            for hook in &spec.hooks {
+                crate::publish::validate_event_type(&format!("plugin.hook.{hook}")).map_err(
+                    |_| {
+                        invalid(format!(
+                            "[plugins.{name}] hooks: {hook:?} is not a hook name (plugin.hook.<hook> must be a valid event type: lowercase letters, digits, '_', '-', dot-separated)"
+                        ))
+                    },
+                )?;
             }
             if let Some(config) = &spec.config {
                 serde_json::to_value(config).map_err(|e| {
@@ -443,22 +507,42 @@ impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let routes = RoutesFile::load(path)?;
         let settings = Settings::resolve(&routes.settings)?;
-        Ok(Self {
+        let config = Self {
             path: Some(path.to_path_buf()),
             routes,
             settings,
-        })
+        };
+        config.check()?;
+        Ok(config)
     }
 
     /// The built-in default `routes.toml` with the environment applied.
     pub fn builtin() -> Result<Self, ConfigError> {
         let routes = RoutesFile::parse(DEFAULT_ROUTES_TOML, Path::new("<built-in routes.toml>"))?;
         let settings = Settings::resolve(&routes.settings)?;
-        Ok(Self {
+        let config = Self {
             path: None,
             routes,
             settings,
-        })
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The checks that need both the routes file and the resolved settings: the receiver lease
+    /// against the handler plugins' time limits ([`RoutesFile::check_receiver_lease`]).
+    /// [`load`](Self::load) and [`builtin`](Self::builtin) run it; run it on a config built by
+    /// hand.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.routes
+            .check_receiver_lease(self.settings.receiver_lease)
+            .map_err(|message| ConfigError::Invalid {
+                path: self
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("<built-in routes.toml>")),
+                message,
+            })
     }
 }
 
@@ -527,6 +611,110 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("retries"), "{err}");
+    }
+
+    fn lease_config(routes: &str, lease_ms: u64) -> Config {
+        Config {
+            path: Some(PathBuf::from("routes.toml")),
+            routes: RoutesFile::parse(routes, Path::new("routes.toml")).unwrap(),
+            settings: Settings {
+                receiver_lease: Duration::from_millis(lease_ms),
+                ..Settings::default()
+            },
+        }
+    }
+
+    const SLOW_HANDLER: &str = r#"
+[policy]
+plugin = "deny-all"
+[handlers]
+"outbox.slow" = "slow"
+[plugins.slow]
+timeout_ms = 10000
+[plugins.fast]
+timeout_ms = 60000
+"#;
+
+    #[test]
+    fn receiver_lease_shorter_than_a_handlers_time_limit_is_refused() {
+        let err = lease_config(SLOW_HANDLER, 14_999)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("routes.toml: "), "{err}");
+        assert!(err.contains("OUTBOX_RECEIVER_LEASE_MS"), "{err}");
+        assert!(err.contains("receiver_lease_ms"), "{err}");
+        assert!(
+            err.contains("handler plugin 'slow' timeout_ms = 10000 ms"),
+            "{err}"
+        );
+        assert!(err.contains("at least 15000"), "{err}");
+        // Exactly the time limit plus the margin is enough; a plugin no queue runs is not a
+        // handler (`fast`).
+        lease_config(SLOW_HANDLER, 15_000).check().unwrap();
+    }
+
+    #[test]
+    fn receiver_lease_covers_hook_subscribers_and_default_time_limits() {
+        let routes = r#"
+[policy]
+plugin = "deny-all"
+[handlers]
+"outbox.plugin-invoke" = "builtin:plugin-invoke"
+"outbox.mail" = "mailer"
+[plugins.mailer]
+[plugins.audit]
+hooks = ["order.paid"]
+timeout_ms = 30000
+"#;
+        let err = lease_config(routes, 20_000)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("handler plugin 'audit' timeout_ms = 30000 ms"),
+            "{err}"
+        );
+        lease_config(routes, 35_000).check().unwrap();
+        // Without the invoke handler nobody runs a hook subscriber; `mailer` has the default
+        // limit (2000 ms).
+        let no_invoke =
+            routes.replace("\"outbox.plugin-invoke\" = \"builtin:plugin-invoke\"\n", "");
+        lease_config(&no_invoke, 7_000).check().unwrap();
+        let err = lease_config(&no_invoke, 6_999)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("handler plugin 'mailer' timeout_ms = 2000 ms"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn hooks_must_be_hook_names() {
+        for bad in ["", "Order.Paid", "order..paid", "order paid"] {
+            let err = RoutesFile::parse(
+                &format!("[policy]\nplugin = \"deny-all\"\n[plugins.audit]\nhooks = [{bad:?}]\n"),
+                Path::new("r.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("[plugins.audit] hooks:"), "{bad}: {err}");
+        }
+        RoutesFile::parse(
+            "[policy]\nplugin = \"deny-all\"\n[plugins.audit]\nhooks = [\"order.paid\", \"user\"]\n",
+            Path::new("r.toml"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn default_routes_file_fits_the_default_receiver_lease() {
+        let routes = RoutesFile::parse(DEFAULT_ROUTES_TOML, Path::new("routes.toml")).unwrap();
+        routes
+            .check_receiver_lease(Settings::default().receiver_lease)
+            .unwrap();
     }
 
     #[test]

@@ -1,17 +1,29 @@
 //! Invoke: runs the handler plugin bound to a queue on one entry.
 //!
-//! Owns turning a queue entry into the plugin's event (and a `plugin.invoke.*` job into the
-//! subscribed plugin and its hook event), building the handler's host services, and calling the
-//! plugin off the async executor. It never touches the entry's Redis state: the caller records
-//! the outcome.
+//! Owns turning a queue entry into the plugin's event, checking a `plugin.invoke.*` job before
+//! it runs anything (the plugin it names must match the job's type, be declared, subscribe to
+//! the job's hook in its `hooks` and be a handler; otherwise the job fails and is
+//! dead-lettered), building the hook event from what the host knows (the parent event id and
+//! tenant come from the job's own event, never from its payload), building the handler's host
+//! services, and calling the plugin off the async executor. It never touches the entry's Redis
+//! state: the caller records the outcome.
 
 use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
     Delivery, Outcome,
 };
 use crate::plugin::bindings::WitEvent;
-use crate::plugin::PluginError;
+use crate::plugin::{PluginError, World};
 
 use super::{QueueEntry, Receivers, BUILTIN_PLUGIN_INVOKE};
+use crate::config::RoutesFile;
+
+/// Type prefix of plugin-invoke jobs: `plugin.invoke.<plugin>`.
+const INVOKE_PREFIX: &str = "plugin.invoke.";
+/// Type prefix of hook events: `plugin.hook.<hook>`.
+const HOOK_PREFIX: &str = "plugin.hook.";
+/// Dispatch key prefix of the events a handler publishes (see
+/// [`crate::capability::publish::child_dispatch_key`]: `child:<parent id>:<handler>:<index>`).
+const CHILD_KEY_PREFIX: &str = "child:";
 
 /// Why a handler did not finish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,15 +79,23 @@ impl Receivers {
         };
         let mut plugin_name = handler.to_string();
         if handler == BUILTIN_PLUGIN_INVOKE {
-            // A plugin-invoke job: call the subscribed plugin's hook with the hook event.
-            match parse_invoke_job(&event) {
-                Ok((plugin, hook_event)) => {
-                    plugin_name = plugin;
-                    event = hook_event;
-                    receipt = (event.id, plugin_name.clone());
-                }
-                Err(e) => return (Err(HandlerFailure::Fail(e)), vec![], receipt),
+            // A plugin-invoke job: call the subscribed plugin's hook with the hook event, once
+            // the job is checked against the config in force and the plugin loaded.
+            let job = match check_invoke_job(&event, &self.live.routes.load()) {
+                Ok(job) => job,
+                Err(e) => return (Err(refused_invoke_job(queue, e)), vec![], receipt),
+            };
+            let world = self.live.registry.get(&job.plugin).map(|p| p.world());
+            if let Some(world) = world.filter(|w| *w != World::Handler) {
+                let e = format!(
+                    "refused plugin-invoke job {}: plugin {:?} is a {world} plugin, not a handler",
+                    event.id, job.plugin
+                );
+                return (Err(refused_invoke_job(queue, e)), vec![], receipt);
             }
+            plugin_name = job.plugin;
+            event = job.event;
+            receipt = (event.id, plugin_name.clone());
         }
         let Some(plugin) = self.live.registry.get(&plugin_name) else {
             return (
@@ -112,28 +132,74 @@ impl Receivers {
     }
 }
 
-/// A `plugin.invoke.*` job's target plugin and the hook event it carries.
-pub(super) fn parse_invoke_job(job: &WitEvent) -> Result<(String, WitEvent), String> {
+/// Report a refused plugin-invoke job (audit log, metric); the job fails with `reason`.
+fn refused_invoke_job(queue: &str, reason: String) -> HandlerFailure {
+    tracing::warn!(target: "outbox::audit", %queue, %reason, "refused a plugin-invoke job");
+    metrics::counter!("outbox_invoke_jobs_refused_total", "queue" => queue.to_string())
+        .increment(1);
+    HandlerFailure::Fail(reason)
+}
+
+/// A checked `plugin.invoke.*` job: the subscribed plugin to run and the hook event it gets.
+#[derive(Debug, Clone)]
+pub(super) struct InvokeJob {
+    /// The subscribed plugin.
+    pub(super) plugin: String,
+    /// The hook event handed to it.
+    pub(super) event: WitEvent,
+}
+
+/// Check the plugin-invoke job `job` (its event, as its queue entry carries it) against the
+/// config in force and build the hook event it asks for. Refused, with the reason: a payload
+/// that is not a JSON object naming `plugin` and `hook`; a job whose type is not
+/// `plugin.invoke.<plugin>`; a plugin not declared under `[plugins]` or without `<hook>` in its
+/// `hooks`; a hook event whose type is not `plugin.hook.<hook>`. The hook event's id is the
+/// event the job was created from ([`host_parent_id`]) and its tenant, headers and dispatch key
+/// are the job's own; only its payload, version and creation time come from the job's payload.
+pub(super) fn check_invoke_job(job: &WitEvent, routes: &RoutesFile) -> Result<InvokeJob, String> {
+    let refuse = |why: String| format!("refused plugin-invoke job {}: {why}", job.id);
     let payload: serde_json::Value = serde_json::from_str(&job.payload)
-        .map_err(|e| format!("plugin-invoke job {}: payload is not JSON: {e}", job.id))?;
+        .map_err(|e| refuse(format!("payload is not JSON: {e}")))?;
     let plugin = payload["plugin"]
         .as_str()
-        .ok_or_else(|| format!("plugin-invoke job {}: no 'plugin'", job.id))?;
+        .ok_or_else(|| refuse("no 'plugin' in the payload".into()))?;
     let hook = payload["hook"]
         .as_str()
-        .ok_or_else(|| format!("plugin-invoke job {}: no 'hook'", job.id))?;
+        .ok_or_else(|| refuse("no 'hook' in the payload".into()))?;
+    if job.event_type.strip_prefix(INVOKE_PREFIX) != Some(plugin) {
+        return Err(refuse(format!(
+            "its type {:?} does not name the plugin it asks for ({plugin:?})",
+            job.event_type
+        )));
+    }
+    let Some(spec) = routes.plugins.get(plugin) else {
+        return Err(refuse(format!(
+            "plugin {plugin:?} is not declared under [plugins]"
+        )));
+    };
+    if !spec.hooks.iter().any(|h| h == hook) {
+        return Err(refuse(format!(
+            "plugin {plugin:?} does not subscribe to hook {hook:?} (hooks = {:?} in [plugins.{plugin}])",
+            spec.hooks
+        )));
+    }
+    let hook_type = format!("{HOOK_PREFIX}{hook}");
     let inner = &payload["event"];
+    if let Some(claimed) = inner["event_type"].as_str() {
+        if claimed != hook_type {
+            return Err(refuse(format!(
+                "its hook event has type {claimed:?}, not {hook_type:?}"
+            )));
+        }
+    }
     let event = WitEvent {
-        id: inner["id"].as_i64().unwrap_or(job.id),
-        event_type: inner["event_type"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("plugin.hook.{hook}")),
-        event_version: inner["event_version"].as_i64().unwrap_or(1) as i32,
-        tenant_id: inner["tenant_id"]
-            .as_str()
-            .map(str::to_string)
-            .or_else(|| job.tenant_id.clone()),
+        id: host_parent_id(job),
+        event_type: hook_type,
+        event_version: inner["event_version"]
+            .as_i64()
+            .and_then(|v| i32::try_from(v).ok())
+            .unwrap_or(1),
+        tenant_id: job.tenant_id.clone(),
         payload: inner
             .get("payload")
             .map(|p| p.to_string())
@@ -145,12 +211,30 @@ pub(super) fn parse_invoke_job(job: &WitEvent) -> Result<(String, WitEvent), Str
             .unwrap_or(&job.created_at)
             .to_string(),
     };
-    Ok((plugin.to_string(), event))
+    Ok(InvokeJob {
+        plugin: plugin.to_string(),
+        event,
+    })
+}
+
+/// The id of the hook event a plugin-invoke job stands for, from what the host wrote: a job a
+/// handler published (the hook fan-out) carries the host's child dispatch key
+/// `child:<parent id>:<handler>:<index>` (a prefix producers may not use), naming the event it
+/// was created from; any other job stands for itself. The id in the job's payload is never used.
+fn host_parent_id(job: &WitEvent) -> i64 {
+    job.dispatch_key
+        .as_deref()
+        .and_then(|key| key.strip_prefix(CHILD_KEY_PREFIX))
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(job.id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capability::publish::child_dispatch_key;
+    use crate::config::PluginSpec;
 
     fn job(payload: &str) -> WitEvent {
         WitEvent {
@@ -160,24 +244,91 @@ mod tests {
             tenant_id: Some("t1".into()),
             payload: payload.into(),
             headers: "{}".into(),
-            dispatch_key: None,
+            dispatch_key: Some(child_dispatch_key(5, "plugin-hook", 0)),
             created_at: "2024-01-01T00:00:00Z".into(),
         }
     }
 
+    fn routes(hooks: &[&str]) -> RoutesFile {
+        let mut routes = RoutesFile::default();
+        routes.plugins.insert(
+            "audit".into(),
+            PluginSpec {
+                hooks: hooks.iter().map(|h| h.to_string()).collect(),
+                ..PluginSpec::default()
+            },
+        );
+        routes
+    }
+
     #[test]
-    fn invoke_job_names_plugin_and_hook_event() {
-        let (plugin, event) = parse_invoke_job(&job(
-            r#"{"plugin":"audit","hook":"published","event":{"id":5,"payload":{"a":1}}}"#,
-        ))
+    fn invoke_job_names_a_subscribed_plugin_and_its_hook_event() {
+        let job = check_invoke_job(
+            &job(r#"{"plugin":"audit","hook":"published","event":{"id":5,"payload":{"a":1}}}"#),
+            &routes(&["published"]),
+        )
         .unwrap();
-        assert_eq!(plugin, "audit");
-        assert_eq!(event.id, 5);
-        assert_eq!(event.event_type, "plugin.hook.published");
-        assert_eq!(event.payload, r#"{"a":1}"#);
-        assert_eq!(event.tenant_id.as_deref(), Some("t1"));
-        assert!(parse_invoke_job(&job(r#"{"hook":"x"}"#)).is_err());
-        assert!(parse_invoke_job(&job("not json")).is_err());
+        assert_eq!(job.plugin, "audit");
+        assert_eq!(job.event.id, 5);
+        assert_eq!(job.event.event_type, "plugin.hook.published");
+        assert_eq!(job.event.payload, r#"{"a":1}"#);
+        assert_eq!(job.event.tenant_id.as_deref(), Some("t1"));
+    }
+
+    #[test]
+    fn invoke_job_ids_and_tenants_come_from_the_host() {
+        let forged = r#"{"plugin":"audit","hook":"published","event":{"id":77,"tenant_id":"other","payload":{}}}"#;
+        let job = check_invoke_job(&job(forged), &routes(&["published"])).unwrap();
+        assert_eq!(job.event.id, 5, "the parent named by the job's child key");
+        assert_eq!(job.event.tenant_id.as_deref(), Some("t1"));
+        // A job no handler published (no child key) stands for itself.
+        let mut direct = self::job(forged);
+        direct.dispatch_key = Some("producer-key".into());
+        let job = check_invoke_job(&direct, &routes(&["published"])).unwrap();
+        assert_eq!(job.event.id, 9);
+        direct.dispatch_key = None;
+        let job = check_invoke_job(&direct, &routes(&["published"])).unwrap();
+        assert_eq!(job.event.id, 9);
+    }
+
+    #[test]
+    fn invoke_jobs_outside_the_declared_subscriptions_are_refused() {
+        let ok = r#"{"plugin":"audit","hook":"published"}"#;
+        let refused = |payload: &str, hooks: &[&str]| {
+            check_invoke_job(&job(payload), &routes(hooks)).unwrap_err()
+        };
+        assert!(refused(ok, &[]).contains("does not subscribe to hook \"published\""));
+        assert!(refused(ok, &["other"]).contains("does not subscribe"));
+        assert!(
+            refused(r#"{"plugin":"ghost","hook":"published"}"#, &["published"])
+                .contains("does not name the plugin")
+        );
+        let mut ghost = job(r#"{"plugin":"ghost","hook":"published"}"#);
+        ghost.event_type = "plugin.invoke.ghost".into();
+        let e = check_invoke_job(&ghost, &routes(&["published"])).unwrap_err();
+        assert!(e.contains("\"ghost\" is not declared"), "{e}");
+        assert!(refused(
+            r#"{"plugin":"audit","hook":"published","event":{"event_type":"plugin.hook.other"}}"#,
+            &["published"]
+        )
+        .contains("not \"plugin.hook.published\""));
+        assert!(refused(r#"{"hook":"x"}"#, &["x"]).contains("no 'plugin'"));
+        assert!(refused("not json", &["x"]).contains("not JSON"));
+        assert!(refused(ok, &[]).starts_with("refused plugin-invoke job 9: "));
+    }
+
+    #[test]
+    fn parent_ids_are_read_back_from_the_hosts_child_keys() {
+        let mut job = job("{}");
+        for parent in [1, 42, i64::MAX] {
+            job.dispatch_key = Some(child_dispatch_key(parent, "plugin-hook", 3));
+            assert_eq!(host_parent_id(&job), parent);
+        }
+        // A key long enough to be hashed keeps its readable head.
+        job.dispatch_key = Some(child_dispatch_key(42, &"h".repeat(600), 0));
+        assert_eq!(host_parent_id(&job), 42);
+        job.dispatch_key = Some("child:nope:x:0".into());
+        assert_eq!(host_parent_id(&job), 9);
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Receive: consumes queues and runs the handler plugin bound to each.
 //!
 //! Owns the consumer side of a queue, one submodule per job: the [`Receivers`] type and the
-//! life of one entry ([`Receivers::handle_entry`]: idempotency claim, handler, outcome,
-//! receipt) here; the reading loop in `consume`; the atomic Redis outcome steps (idempotency
-//! claim `SET NX PX`, then a `done` marker kept for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed
-//! retry, dead-letter stream) in `outcomes`; calling the handler plugin in `invoke`;
+//! life of one entry ([`Receivers::handle_entry`]: idempotency claim, handler while the claim is
+//! renewed, outcome, receipt) here; the reading loop in `consume`; the atomic Redis outcome
+//! steps (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker
+//! kept for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by
+//! the claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke
+//! jobs) in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
 //! `housekeeping`; receipts in PostgreSQL (written in batches after the outcome is safe in
 //! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`. Key names
@@ -33,6 +35,7 @@ mod receipts;
 
 pub use crate::queue::QueueEntry;
 pub use dead_letter::{DeadLetter, DeadLetters};
+pub use outcomes::{Claim, Settled};
 pub use receipts::{write_receipts, Receipt, RECEIPT_BATCH};
 
 use invoke::HandlerFailure;
@@ -72,6 +75,9 @@ pub enum HandledAs {
     Duplicate,
     /// Another consumer is running it right now; left for the lease.
     Busy,
+    /// This consumer's claim lapsed while the handler ran and another consumer owns the entry
+    /// now: the handler's outcome was discarded, the marker and the entry left untouched.
+    LostClaim,
 }
 
 /// Everything the receivers of one process share.
@@ -174,7 +180,8 @@ impl Receivers {
         }
     }
 
-    /// Handle one entry end to end: idempotency claim, handler, outcome, receipt.
+    /// Handle one entry end to end: idempotency claim, handler (while the claim is renewed),
+    /// outcome, receipt.
     pub async fn handle_entry(&self, queue: &str, entry: QueueEntry) -> HandledAs {
         let routes = self.live.routes.load_full();
         let Some(handler) = routes.handlers.get(queue).cloned() else {
@@ -187,14 +194,15 @@ impl Receivers {
                 .dead_letter(
                     queue,
                     &handler,
+                    None,
                     &entry,
                     "malformed entry: no event_id".into(),
                 )
                 .await;
         };
-        match self.claim_entry(&handler, event_id).await {
-            Ok(true) => {}
-            Ok(false) => {
+        let claim = match self.claim_entry(&handler, event_id).await {
+            Ok(Some(claim)) => claim,
+            Ok(None) => {
                 if self.already_done(&handler, event_id).await {
                     self.ack_duplicate(queue, &entry.stream_id).await;
                     self.record_duplicate(event_id, &handler).await;
@@ -208,36 +216,33 @@ impl Receivers {
                 tracing::error!(%queue, event_id, error = %e, "idempotency claim failed; entry stays pending");
                 return HandledAs::Busy;
             }
-        }
+        };
 
         let started = Instant::now();
-        let (outcome, published, (receipt_event, receipt_handler)) =
-            self.run_handler(queue, &handler, &entry, attempt).await;
+        // The claim is renewed for as long as the handler runs; the renewal ends with it.
+        let (outcome, published, (receipt_event, receipt_handler)) = tokio::select! {
+            ran = self.run_handler(queue, &handler, &entry, attempt) => ran,
+            never = self.hold_claim(queue, &claim, &entry.stream_id) => match never {},
+        };
         let duration = started.elapsed();
         let handled = match outcome {
-            Ok(()) => {
-                if let Err(e) = self
-                    .finish_ok(queue, &handler, event_id, &entry.stream_id)
-                    .await
-                {
-                    tracing::error!(%queue, event_id, error = %e, "could not record success; the entry will be redelivered");
-                }
-                HandledAs::Ok
-            }
+            Ok(()) => self.record_ok(queue, &claim, &entry.stream_id).await,
             Err(HandlerFailure::Fail(reason)) => {
-                self.dead_letter(queue, &handler, &entry, reason).await
+                self.dead_letter(queue, &handler, Some(&claim), &entry, reason)
+                    .await
             }
             Err(HandlerFailure::Retry(reason)) if attempt > self.settings.handler_max_retries => {
                 self.dead_letter(
                     queue,
                     &handler,
+                    Some(&claim),
                     &entry,
                     format!("gave up after {attempt} attempts: {reason}"),
                 )
                 .await
             }
             Err(HandlerFailure::Retry(reason)) => {
-                self.schedule_retry(queue, &handler, event_id, &entry, attempt, reason)
+                self.schedule_retry(queue, &claim, &entry, attempt, reason)
                     .await
             }
         };
@@ -265,5 +270,6 @@ fn handled_label(h: &HandledAs) -> &'static str {
         HandledAs::Dead(_) => "dead",
         HandledAs::Duplicate => "duplicate",
         HandledAs::Busy => "busy",
+        HandledAs::LostClaim => "lost_claim",
     }
 }

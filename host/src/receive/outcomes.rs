@@ -1,75 +1,244 @@
-//! Outcomes: recording what became of one entry in Redis, atomically.
+//! Outcomes: recording what became of one entry in Redis, atomically, by the claim's owner.
 //!
-//! Owns the idempotency claim (`SET NX PX` on the handled marker), and the three outcome
-//! scripts: ok (a `done` marker, then `XACK`), retry (into the retry set, marker cleared,
-//! `XACK`) and dead letter (into the dead-letter stream, marker cleared, `XACK`). Every state
-//! change of one entry is one script, so an entry is never acknowledged without its outcome.
-//! It never runs a handler and never writes receipts.
+//! Owns the idempotency claim ([`Claim`]: `SET NX PX` of the handled marker to
+//! `running:<owner token>`, a token unique per claim), its renewal while the handler runs
+//! (`PEXPIRE` of the marker and `XCLAIM` of the entry, every third of the receiver lease), and
+//! the three outcome scripts: ok (a `done` marker, then `XACK`), retry (into the retry set,
+//! marker cleared, `XACK`) and dead letter (into the dead-letter stream, marker cleared,
+//! `XACK`). Every state change of one entry is one script, so an entry is never acknowledged
+//! without its outcome, and every script first checks that the marker still holds the caller's
+//! token: a consumer whose claim lapsed and was taken over changes nothing (its outcome is
+//! reported as a lost claim), so it never clears the new owner's `done` marker, acknowledges
+//! the entry or re-adds it. It never runs a handler and never writes receipts.
+
+use std::convert::Infallible;
 
 use redis::AsyncCommands;
 
 use super::{ctx, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
-use crate::queue::{marker_is_done, marker_running, MARKER_DONE_OK};
+use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
 
-/// Ack with a `done` marker: KEYS[1] marker, KEYS[2] stream; ARGV[1] group, ARGV[2] entry id,
-/// ARGV[3] marker value, ARGV[4] marker TTL (s).
+/// What every guarded script returns when the marker no longer holds the caller's token.
+const LOST: i64 = -1;
+
+/// Ack with a `done` marker: KEYS[1] marker, KEYS[2] stream; ARGV[1] owner's marker value,
+/// ARGV[2] group, ARGV[3] entry id, ARGV[4] done marker value, ARGV[5] marker TTL (s).
+/// Returns `XACK`'s count, or -1 (nothing changed) unless the marker holds ARGV[1].
 const FINISH_LUA: &str = r#"
-redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[4])
-return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('SET', KEYS[1], ARGV[4], 'EX', ARGV[5])
+return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 "#;
 
-/// Schedule a retry: KEYS[1] marker, KEYS[2] stream, KEYS[3] retry set; ARGV[1] group,
-/// ARGV[2] entry id, ARGV[3] due (ms), ARGV[4] entry as JSON.
+/// Schedule a retry: KEYS[1] marker, KEYS[2] stream, KEYS[3] retry set; ARGV[1] owner's marker
+/// value, ARGV[2] group, ARGV[3] entry id, ARGV[4] due (ms), ARGV[5] entry as JSON.
+/// Returns `XACK`'s count, or -1 (nothing changed) unless the marker holds ARGV[1].
 const RETRY_LUA: &str = r#"
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 redis.call('DEL', KEYS[1])
-return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 "#;
 
-/// Dead-letter: KEYS[1] marker, KEYS[2] stream, KEYS[3] dead-letter stream; ARGV[1] group,
-/// ARGV[2] entry id, ARGV[3..] fields of the dead-letter entry.
+/// Dead-letter: KEYS[1] marker, KEYS[2] stream, KEYS[3] dead-letter stream; ARGV[1] owner's
+/// marker value (empty: the entry was never claimed, the marker is left alone), ARGV[2] group,
+/// ARGV[3] entry id, ARGV[4..] fields of the dead-letter entry. Returns `XACK`'s count, or -1
+/// (nothing changed) unless the marker holds a non-empty ARGV[1].
 const DEAD_LUA: &str = r#"
-redis.call('XADD', KEYS[3], '*', unpack(ARGV, 3))
-redis.call('DEL', KEYS[1])
-return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+if ARGV[1] ~= '' then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+  redis.call('DEL', KEYS[1])
+end
+redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))
+return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 "#;
 
-/// The outcome scripts, loaded once per process.
+/// Renew a claim: KEYS[1] marker, KEYS[2] stream; ARGV[1] owner's marker value, ARGV[2] lease
+/// (ms), ARGV[3] group, ARGV[4] consumer, ARGV[5] entry id. Unless the marker holds ARGV[1]
+/// (then 0, nothing changed): extend the marker by the lease, and claim the entry for the
+/// consumer with its idle time reset, so `XAUTOCLAIM` elsewhere does not take it (an entry no
+/// longer pending is left alone). Returns 1.
+const RENEW_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.pcall('XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
+return 1
+"#;
+
+/// The outcome and renewal scripts, loaded once per process.
 pub(super) struct OutcomeScripts {
     finish: redis::Script,
     retry: redis::Script,
     dead: redis::Script,
+    renew: redis::Script,
 }
 
 impl OutcomeScripts {
-    /// The three scripts (Redis loads them on first use).
+    /// The scripts (Redis loads them on first use).
     pub(super) fn new() -> Self {
         Self {
             finish: redis::Script::new(FINISH_LUA),
             retry: redis::Script::new(RETRY_LUA),
             dead: redis::Script::new(DEAD_LUA),
+            renew: redis::Script::new(RENEW_LUA),
+        }
+    }
+}
+
+/// One consumer's idempotency claim on (handler, event): the handled marker and the owner
+/// token it holds while the handler runs. Every outcome recorded with it is refused once the
+/// marker holds anything else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    handler: String,
+    event_id: i64,
+    marker: String,
+    owner: String,
+}
+
+impl Claim {
+    /// The handler claimed.
+    pub fn handler(&self) -> &str {
+        &self.handler
+    }
+
+    /// The event claimed.
+    pub fn event_id(&self) -> i64 {
+        self.event_id
+    }
+
+    /// The owner token (`<consumer>:<nonce>`), unique per claim.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The handled marker's value while this claim holds it.
+    fn marker_value(&self) -> String {
+        marker_running(&self.owner)
+    }
+}
+
+/// What an outcome script did with a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The outcome is recorded and the entry acknowledged.
+    Recorded,
+    /// The claim was no longer this owner's: nothing changed.
+    LostClaim,
+}
+
+impl Settled {
+    fn from_reply(reply: i64) -> Self {
+        if reply == LOST {
+            Settled::LostClaim
+        } else {
+            Settled::Recorded
         }
     }
 }
 
 impl Receivers {
     /// The idempotency claim of (`handler`, `event_id`) for this consumer: set the handled
-    /// marker to `running:<consumer>` for the receiver lease unless it exists. `true`: this
-    /// consumer runs the handler; `false`: someone runs it or ran it (see the marker).
-    pub async fn claim_entry(&self, handler: &str, event_id: i64) -> Result<bool, ReceiveError> {
-        let marker = self.keys.handled_marker(handler, event_id);
-        let claimed: Option<String> = ctx(
+    /// marker to `running:<owner token>` (a token new for this claim) for the receiver lease
+    /// unless it exists. `Some`: this consumer runs the handler, and records its outcome with
+    /// the claim; `None`: someone runs it or ran it (see the marker).
+    pub async fn claim_entry(
+        &self,
+        handler: &str,
+        event_id: i64,
+    ) -> Result<Option<Claim>, ReceiveError> {
+        let claim = Claim {
+            handler: handler.to_string(),
+            event_id,
+            marker: self.keys.handled_marker(handler, event_id),
+            owner: claim_owner(&self.consumer, rand::random()),
+        };
+        let set: Option<String> = ctx(
             redis::cmd("SET")
-                .arg(&marker)
-                .arg(marker_running(&self.consumer))
+                .arg(&claim.marker)
+                .arg(claim.marker_value())
                 .arg("NX")
                 .arg("PX")
-                .arg(self.settings.receiver_lease.as_millis() as u64)
+                .arg(self.lease_ms())
                 .query_async(&mut self.conn.clone())
                 .await,
-            || format!("idempotency claim {marker}"),
+            || format!("idempotency claim {}", claim.marker),
         )?;
-        Ok(claimed.is_some())
+        Ok(set.map(|_| claim))
+    }
+
+    /// Renew `claim` for another receiver lease and claim `stream_id` on `queue` for this
+    /// consumer with its idle time reset (so no other consumer reclaims it), in one step and
+    /// only while the marker still holds the claim's token. `false`: the claim is lost (it
+    /// lapsed, or another consumer holds it now); nothing changed.
+    pub async fn renew_claim(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+    ) -> Result<bool, ReceiveError> {
+        let renewed: i64 = ctx(
+            self.scripts
+                .renew
+                .key(&claim.marker)
+                .key(self.keys.stream(queue))
+                .arg(claim.marker_value())
+                .arg(self.lease_ms())
+                .arg(CONSUMER_GROUP)
+                .arg(&self.consumer)
+                .arg(stream_id)
+                .invoke_async(&mut self.conn.clone())
+                .await,
+            || format!("renew the claim {}", claim.marker),
+        )?;
+        Ok(renewed == 1)
+    }
+
+    /// Keep `claim` (and the entry `stream_id`) while the handler runs: renew it every third of
+    /// the receiver lease. A failed renewal is retried at the next one; a lost claim is
+    /// reported once, and the outcome scripts will refuse the handler's outcome. Never returns:
+    /// the caller drops it when the handler is done.
+    pub(super) async fn hold_claim(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+    ) -> Infallible {
+        let every = self.settings.receiver_lease / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            match self.renew_claim(queue, claim, stream_id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        %queue,
+                        handler = %claim.handler,
+                        event_id = claim.event_id,
+                        owner = %claim.owner,
+                        "lost the claim while the handler runs; another consumer owns the entry and this run's outcome will be discarded"
+                    );
+                    return std::future::pending().await;
+                }
+                Err(e) => {
+                    tracing::warn!(%queue, event_id = claim.event_id, error = %e, "could not renew the claim; trying again");
+                }
+            }
+        }
+    }
+
+    /// Report that `claim`'s `outcome` was discarded because the claim was lost.
+    fn lost_claim(&self, queue: &str, claim: &Claim, outcome: &'static str) -> HandledAs {
+        tracing::warn!(
+            %queue,
+            handler = %claim.handler,
+            event_id = claim.event_id,
+            owner = %claim.owner,
+            outcome,
+            "lost claim: the handler ran past its claim and another consumer owns the entry; its outcome was discarded, the marker and the entry are untouched"
+        );
+        metrics::counter!("outbox_receiver_lost_claims_total", "queue" => queue.to_string(), "outcome" => outcome)
+            .increment(1);
+        HandledAs::LostClaim
     }
 
     /// Whether `handler` already finished `event_id` (its marker says `done`). A Redis error
@@ -80,21 +249,21 @@ impl Receivers {
         state.as_deref().is_some_and(marker_is_done)
     }
 
-    /// Finish (ok) one claimed entry: mark (`handler`, `event_id`) done for
-    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS` and acknowledge `stream_id` on `queue`, in one step.
+    /// Finish (ok) one claimed entry: mark the claimed (handler, event) done for
+    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS` and acknowledge `stream_id` on `queue`, in one step,
+    /// unless the claim was lost ([`Settled::LostClaim`]: nothing changed).
     pub async fn finish_ok(
         &self,
         queue: &str,
-        handler: &str,
-        event_id: i64,
+        claim: &Claim,
         stream_id: &str,
-    ) -> Result<(), ReceiveError> {
-        let marker = self.keys.handled_marker(handler, event_id);
-        let _: i64 = ctx(
+    ) -> Result<Settled, ReceiveError> {
+        let reply: i64 = ctx(
             self.scripts
                 .finish
-                .key(&marker)
+                .key(&claim.marker)
                 .key(self.keys.stream(queue))
+                .arg(claim.marker_value())
                 .arg(CONSUMER_GROUP)
                 .arg(stream_id)
                 .arg(MARKER_DONE_OK)
@@ -103,7 +272,19 @@ impl Receivers {
                 .await,
             || format!("finish {stream_id} on {queue}"),
         )?;
-        Ok(())
+        Ok(Settled::from_reply(reply))
+    }
+
+    /// Record a successful handler run of `claim` on `stream_id` ([`finish_ok`](Self::finish_ok)).
+    pub(super) async fn record_ok(&self, queue: &str, claim: &Claim, stream_id: &str) -> HandledAs {
+        match self.finish_ok(queue, claim, stream_id).await {
+            Ok(Settled::Recorded) => HandledAs::Ok,
+            Ok(Settled::LostClaim) => self.lost_claim(queue, claim, "ok"),
+            Err(e) => {
+                tracing::error!(%queue, event_id = claim.event_id, error = %e, "could not record success; the entry will be redelivered");
+                HandledAs::Ok
+            }
+        }
     }
 
     /// Acknowledge a duplicate delivery without recording anything (errors are ignored: the
@@ -116,12 +297,13 @@ impl Receivers {
             .await;
     }
 
-    /// Schedule `entry`'s next delivery after the handler backoff of failed `attempt`.
-    pub(super) async fn schedule_retry(
+    /// Schedule `entry`'s next delivery after the handler backoff of failed `attempt`, clearing
+    /// `claim`'s marker and acknowledging the entry in one step; unless the claim was lost
+    /// ([`HandledAs::LostClaim`]: nothing changed).
+    pub async fn schedule_retry(
         &self,
         queue: &str,
-        handler: &str,
-        event_id: i64,
+        claim: &Claim,
         entry: &QueueEntry,
         attempt: u32,
         reason: String,
@@ -133,37 +315,50 @@ impl Receivers {
         let r: redis::RedisResult<i64> = self
             .scripts
             .retry
-            .key(self.keys.handled_marker(handler, event_id))
+            .key(&claim.marker)
             .key(self.keys.stream(queue))
             .key(self.keys.retry_set(queue))
+            .arg(claim.marker_value())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
             .arg(due)
             .arg(json)
             .invoke_async(&mut self.conn.clone())
             .await;
-        if let Err(e) = r {
-            tracing::error!(%queue, event_id, error = %e, "could not schedule the retry; the entry will be redelivered");
+        match r.map(Settled::from_reply) {
+            Ok(Settled::LostClaim) => return self.lost_claim(queue, claim, "retry"),
+            Ok(Settled::Recorded) => {}
+            Err(e) => {
+                tracing::error!(%queue, event_id = claim.event_id, error = %e, "could not schedule the retry; the entry will be redelivered");
+            }
         }
-        tracing::warn!(%queue, event_id, handler, attempt, retry_in = ?delay, %reason, "handler asked for a retry");
+        tracing::warn!(%queue, event_id = claim.event_id, handler = %claim.handler, attempt, retry_in = ?delay, %reason, "handler asked for a retry");
         HandledAs::Retry(reason)
     }
 
-    /// Move `entry` to `queue`'s dead-letter stream with `reason`.
-    pub(super) async fn dead_letter(
+    /// Move `entry` to `queue`'s dead-letter stream with `reason`, clearing `claim`'s marker and
+    /// acknowledging the entry in one step; unless the claim was lost ([`HandledAs::LostClaim`]:
+    /// nothing changed). Without a claim (an entry that could not be claimed, e.g. without an
+    /// event id) no marker is touched.
+    pub async fn dead_letter(
         &self,
         queue: &str,
         handler: &str,
+        claim: Option<&Claim>,
         entry: &QueueEntry,
         reason: String,
     ) -> HandledAs {
-        let marker = self
-            .keys
-            .handled_marker(handler, entry.event_id().unwrap_or(0));
+        let marker = match claim {
+            Some(claim) => claim.marker.clone(),
+            None => self
+                .keys
+                .handled_marker(handler, entry.event_id().unwrap_or(0)),
+        };
         let mut invocation = self.scripts.dead.key(&marker);
         invocation
             .key(self.keys.stream(queue))
             .key(self.keys.dead_letter_stream(queue))
+            .arg(claim.map(Claim::marker_value).unwrap_or_default())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id);
         let dead_at = chrono::Utc::now().to_rfc3339();
@@ -171,10 +366,21 @@ impl Receivers {
             invocation.arg(field);
         }
         let r: redis::RedisResult<i64> = invocation.invoke_async(&mut self.conn.clone()).await;
-        if let Err(e) = r {
-            tracing::error!(%queue, error = %e, "could not dead-letter the entry; it will be redelivered");
+        match (r.map(Settled::from_reply), claim) {
+            (Ok(Settled::LostClaim), Some(claim)) => {
+                return self.lost_claim(queue, claim, "dead-letter")
+            }
+            (Ok(_), _) => {}
+            (Err(e), _) => {
+                tracing::error!(%queue, error = %e, "could not dead-letter the entry; it will be redelivered");
+            }
         }
         tracing::error!(%queue, handler, event_id = entry.event_id(), %reason, "entry dead-lettered");
         HandledAs::Dead(reason)
+    }
+
+    /// The receiver lease in milliseconds.
+    fn lease_ms(&self) -> u64 {
+        self.settings.receiver_lease.as_millis() as u64
     }
 }

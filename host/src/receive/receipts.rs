@@ -175,7 +175,8 @@ async fn write_updates(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), s
 }
 
 impl Receivers {
-    /// Queue the receipt of a handled entry (`Duplicate` and `Busy` leave no receipt).
+    /// Queue the receipt of a handled entry (`Duplicate`, `Busy` and `LostClaim` leave no
+    /// receipt: a lost claim's outcome was discarded, and the receipt is the new owner's).
     #[allow(clippy::too_many_arguments)] // one row's columns; a struct would only rename them
     pub(super) async fn record_receipt(
         &self,
@@ -191,7 +192,7 @@ impl Receivers {
             HandledAs::Ok => ("ok", None),
             HandledAs::Retry(e) => ("retry", Some(e.clone())),
             HandledAs::Dead(e) => ("dead", Some(e.clone())),
-            HandledAs::Duplicate | HandledAs::Busy => return,
+            HandledAs::Duplicate | HandledAs::Busy | HandledAs::LostClaim => return,
         };
         self.send_receipt(ReceiptUpdate::Outcome(Receipt {
             event_id,

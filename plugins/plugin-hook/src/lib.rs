@@ -13,7 +13,9 @@
 //! }
 //! ```
 //!
-//! which the invoke handler turns into a call of that plugin's hook export. `routes.toml` must
+//! which the invoke handler turns into a call of that plugin's hook export, provided the plugin
+//! lists `<hook>` in its `hooks` in `routes.toml` (otherwise the job is dead-lettered unrun; the
+//! hook event's id and tenant are taken from the job as the host recorded it). `routes.toml` must
 //! route `plugin.invoke.` to the invoke handler's queue, and this plugin needs a `publish` grant
 //! for `plugin.invoke.`. A hook nobody subscribes to is acknowledged with nothing published.
 //! Redelivery publishes no duplicates: child dispatch keys derive from this event and the

@@ -12,7 +12,7 @@ use outbox_host::live_config::LiveConfig;
 use outbox_host::plugin::bindings::{Delivery, Outcome};
 use outbox_host::plugin::router::to_wit_event;
 use outbox_host::queue::{QueueEntry, QueueKeys, CONSUMER_GROUP};
-use outbox_host::receive::{write_receipts, HandledAs, Receipt, Receivers, RECEIPT_BATCH};
+use outbox_host::receive::{write_receipts, HandledAs, Receipt, Receivers, Settled, RECEIPT_BATCH};
 use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -288,11 +288,15 @@ async fn redis_bookkeeping_cost(
     .await?;
     receivers.ensure_group(BENCH_QUEUE).await?;
     let one = async |event_id: i64| -> anyhow::Result<()> {
-        let claimed = receivers.claim_entry(BOOKKEEPING_HANDLER, event_id).await?;
-        anyhow::ensure!(claimed, "event {event_id} already claimed");
-        receivers
-            .finish_ok(BENCH_QUEUE, BOOKKEEPING_HANDLER, event_id, "0-1")
-            .await?;
+        let claim = receivers
+            .claim_entry(BOOKKEEPING_HANDLER, event_id)
+            .await?
+            .with_context(|| format!("event {event_id} already claimed"))?;
+        let settled = receivers.finish_ok(BENCH_QUEUE, &claim, "0-1").await?;
+        anyhow::ensure!(
+            settled == Settled::Recorded,
+            "event {event_id}: the claim was lost"
+        );
         Ok(())
     };
     for i in 0..20 {
