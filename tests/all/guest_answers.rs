@@ -238,7 +238,7 @@ async fn a_router_config_error_retries_the_events_and_says_the_config_is_at_faul
 #[sqlx::test(migrations = "../migrations")]
 async fn a_handler_reason_is_kept_bounded_and_on_one_line(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
-    env.settings.receiver_lease = Duration::from_secs(5);
+    env.settings.receiver_lease = Duration::from_secs(8);
     env.settings.handler_max_retries = 0;
     let routes = r#"
 [routes]
