@@ -204,7 +204,10 @@ async fn capability_kv_keys_per_plugin_stop_at_the_quota_with_a_clear_error(pool
 async fn capability_publish_calls_per_delivery_stop_at_the_budget(pool: PgPool) {
     let probe = Probe::start(
         pool,
-        &routes("capability-policy", &[("fanout", "publish = [\"fanout.\"]")]),
+        &routes(
+            "capability-policy",
+            &[("fanout", "publish = [\"fanout.\"]")],
+        ),
     )
     .await;
     let (handled, parent) = probe
@@ -241,7 +244,8 @@ async fn response_server() -> (u16, Arc<Mutex<Vec<String>>>) {
             match uri.path() {
                 "/big" => Body::from(vec![b'x'; 2 << 20]),
                 "/stream" => {
-                    let chunks = (0..64).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 32 << 10])));
+                    let chunks =
+                        (0..64).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 32 << 10])));
                     Body::from_stream(futures::stream::iter(chunks))
                 }
                 _ => Body::from("sixteen bytes.."),
@@ -280,9 +284,7 @@ async fn capability_http_response_bodies_over_the_cap_are_refused(pool: PgPool) 
 // ---- item 4: the policy cache and the denial trail are bounded ----
 
 #[sqlx::test(migrations = "../migrations")]
-async fn capability_denied_target_flood_keeps_the_policy_cache_within_its_byte_bound(
-    pool: PgPool,
-) {
+async fn capability_denied_target_flood_keeps_the_policy_cache_within_its_byte_bound(pool: PgPool) {
     let probe = Probe::start(pool, &routes("capability-policy", &[("nogrants", "")])).await;
     let registry = probe.live.registry.clone();
     let policy_calls = |registry: &outbox_host::plugin::PluginRegistry| {
@@ -313,7 +315,13 @@ async fn capability_denied_target_flood_keeps_the_policy_cache_within_its_byte_b
             .check(&plugin, "kv", &"k".repeat(MAX_POLICY_TARGET_BYTES + 1))
             .unwrap_err();
         assert!(err.contains("over the limit"), "{err}");
-        (policy.cache_stats(), peak, denied, calls_before, policy_calls(&registry))
+        (
+            policy.cache_stats(),
+            peak,
+            denied,
+            calls_before,
+            policy_calls(&registry),
+        )
     })
     .await
     .unwrap();
@@ -323,7 +331,10 @@ async fn capability_denied_target_flood_keeps_the_policy_cache_within_its_byte_b
         "peak {peak:?}"
     );
     assert!(stats.entries > 0, "decisions are still cached: {stats:?}");
-    assert_eq!(calls_after, calls_before, "the policy never saw the long target");
+    assert_eq!(
+        calls_after, calls_before,
+        "the policy never saw the long target"
+    );
     eprintln!("10000 distinct denied targets: cache peak {peak:?}, now {stats:?}");
     probe.stop().await;
 }
@@ -343,7 +354,12 @@ async fn capability_denial_flood_publishes_a_bounded_number_of_denial_events(poo
         .await;
     assert_eq!(handled, HandledAs::Ok);
     let first = probe.denial_events().await;
-    let per = |capability: &str| first.iter().filter(|e| e["capability"] == capability).count();
+    let per = |capability: &str| {
+        first
+            .iter()
+            .filter(|e| e["capability"] == capability)
+            .count()
+    };
     // One per plugin and capability per 60 s window; the bound allows a very slow machine to
     // open a second window.
     assert!(per("kv") >= 1 && per("kv") <= 2, "{first:?}");
@@ -505,7 +521,10 @@ async fn capability_http_to_a_name_resolving_to_loopback_needs_an_ip_grant(pool:
         )
         .await;
     assert_eq!(handled, HandledAs::Ok);
-    assert!(seen.lock().unwrap().is_empty(), "nothing reached the server");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing reached the server"
+    );
     let (handled, _) = probe
         .run(
             "withip",
@@ -569,7 +588,11 @@ async fn capability_http_internal_addresses_and_ungranted_ports_are_refused_what
         )
         .await;
     assert_eq!(handled, HandledAs::Ok);
-    assert_eq!(seen.lock().unwrap().len(), 1, "only the granted call arrived");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "only the granted call arrived"
+    );
     assert!(other_seen.lock().unwrap().is_empty());
     probe.stop().await;
 }
@@ -596,7 +619,14 @@ async fn capability_http_grant_without_a_port_allows_only_the_default_port(pool:
 }
 
 /// HMAC-SHA256 over the documented signing string, computed here without the host's code.
-fn expected_signature(secret: &str, ts: &str, method: &str, host: &str, path: &str, body: &[u8]) -> String {
+fn expected_signature(
+    secret: &str,
+    ts: &str,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: &[u8],
+) -> String {
     use hmac::{Hmac, Mac};
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("{ts}\n{method}\n{host}\n{path}\n").as_bytes());
@@ -617,7 +647,10 @@ async fn capability_http_signature_covers_method_host_path_and_body(pool: PgPool
     );
     let probe = Probe::start(
         pool,
-        &routes("capability-policy", &[("signer", &signed), ("plainsigner", &plain)]),
+        &routes(
+            "capability-policy",
+            &[("signer", &signed), ("plainsigner", &plain)],
+        ),
     )
     .await;
     // Without the grant, the host refuses to sign over plain http: nothing is sent.
@@ -631,7 +664,10 @@ async fn capability_http_signature_covers_method_host_path_and_body(pool: PgPool
         )
         .await;
     assert_eq!(handled, HandledAs::Ok);
-    assert!(seen.lock().unwrap().is_empty(), "the unsigned request was not sent either");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the unsigned request was not sent either"
+    );
     let (handled, _) = probe
         .run(
             "signer",
@@ -657,7 +693,12 @@ async fn capability_http_signature_covers_method_host_path_and_body(pool: PgPool
         ("PUT", host.as_str(), "/pay?amount=10", &got.body[..]),
         ("POST", host.as_str(), "/pay?amount=1000", &got.body[..]),
         ("POST", "evil.example", "/pay?amount=10", &got.body[..]),
-        ("POST", host.as_str(), "/pay?amount=10", b"{\"to\":\"mallory\"}".as_slice()),
+        (
+            "POST",
+            host.as_str(),
+            "/pay?amount=10",
+            b"{\"to\":\"mallory\"}".as_slice(),
+        ),
     ] {
         assert_ne!(
             header(SIGNATURE_HEADER),
@@ -665,15 +706,12 @@ async fn capability_http_signature_covers_method_host_path_and_body(pool: PgPool
         );
     }
     // The old scheme (timestamp and body only) is gone.
-    assert_ne!(
-        header(SIGNATURE_HEADER),
-        {
-            use hmac::{Hmac, Mac};
-            let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-            mac.update(format!("{ts}.").as_bytes());
-            mac.update(&got.body);
-            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-        }
-    );
+    assert_ne!(header(SIGNATURE_HEADER), {
+        use hmac::{Hmac, Mac};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(format!("{ts}.").as_bytes());
+        mac.update(&got.body);
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    });
     probe.stop().await;
 }

@@ -375,9 +375,8 @@ impl reqwest::dns::Resolve for VettingResolver {
         let allowed = self.allowed.clone();
         let name = name.as_str().to_string();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
-                .await?
-                .collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
             vet_resolved(&name, &addrs, &allowed).map_err(Refused)?;
             let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
             Ok::<_, BoxError>(addrs)
@@ -652,9 +651,18 @@ mod tests {
             "64:ff9b::a9fe:a9fe",
             "2002:a9fe:a9fe::1",
         ] {
-            assert!(kind(internal).is_some(), "{internal} must not count as public");
+            assert!(
+                kind(internal).is_some(),
+                "{internal} must not count as public"
+            );
         }
-        for public in ["93.184.216.34", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
             assert_eq!(kind(public), None, "{public} is public");
         }
         assert!(kind("169.254.169.254").unwrap().contains("link-local"));
@@ -663,11 +671,18 @@ mod tests {
 
     #[test]
     fn the_port_must_match_the_grant() {
-        let g = grants(&["api.example.com", "hooks.example.com:8443", "93.184.216.34:81"]);
+        let g = grants(&[
+            "api.example.com",
+            "hooks.example.com:8443",
+            "93.184.216.34:81",
+        ]);
         assert!(check_destination(&url("https://api.example.com/x"), &g).is_ok());
         assert!(check_destination(&url("http://api.example.com/x"), &g).is_ok());
         let err = check_destination(&url("https://api.example.com:8443/x"), &g).unwrap_err();
-        assert!(err.contains("port 8443") && err.contains("not granted"), "{err}");
+        assert!(
+            err.contains("port 8443") && err.contains("not granted"),
+            "{err}"
+        );
         // 443 is not the default of http: a grant without a port allows port 80 there.
         assert!(check_destination(&url("http://api.example.com:443/x"), &g).is_err());
         assert!(check_destination(&url("https://hooks.example.com:8443/"), &g).is_ok());
@@ -691,16 +706,25 @@ mod tests {
             "http://10.1.2.3/",
         ] {
             let err = check_destination(&url(u), &none).unwrap_err();
-            assert!(err.contains("name that IP explicitly") || err.contains("port"), "{u}: {err}");
+            assert!(
+                err.contains("name that IP explicitly") || err.contains("port"),
+                "{u}: {err}"
+            );
         }
-        let err = check_destination(&url("http://169.254.169.254/"), &grants(&["169.254.169.254.nip.io"]))
-            .unwrap_err();
+        let err = check_destination(
+            &url("http://169.254.169.254/"),
+            &grants(&["169.254.169.254.nip.io"]),
+        )
+        .unwrap_err();
         assert!(err.contains("link-local"), "{err}");
         let ip = grants(&["127.0.0.1:8080", "[::1]:9000"]);
         let d = check_destination(&url("http://127.0.0.1:8080/"), &ip).unwrap();
         assert_eq!(
             d.allowed_ips,
-            vec!["127.0.0.1".parse::<IpAddr>().unwrap(), "::1".parse().unwrap()]
+            vec![
+                "127.0.0.1".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
         );
         assert!(check_destination(&url("http://[::1]:9000/"), &ip).is_ok());
         assert!(check_destination(&url("http://127.0.0.2:8080/"), &ip).is_err());
@@ -711,7 +735,10 @@ mod tests {
         let a = |s: &str| -> SocketAddr { format!("{s}:0").parse().unwrap() };
         assert!(vet_resolved("example.com", &[a("93.184.216.34")], &[]).is_ok());
         let err = vet_resolved("localhost", &[a("127.0.0.1")], &[]).unwrap_err();
-        assert!(err.contains("loopback") && err.contains("rebinding"), "{err}");
+        assert!(
+            err.contains("loopback") && err.contains("rebinding"),
+            "{err}"
+        );
         let mixed = [a("93.184.216.34"), a("169.254.169.254")];
         assert!(vet_resolved("evil.example", &mixed, &[]).is_err());
         let local: IpAddr = "127.0.0.1".parse().unwrap();
@@ -753,7 +780,11 @@ mod tests {
 
     #[test]
     fn urls_are_checked_before_the_policy() {
-        assert!(parse_url(&format!("https://a.example/{}", "x".repeat(MAX_HTTP_URL_BYTES))).is_err());
+        assert!(parse_url(&format!(
+            "https://a.example/{}",
+            "x".repeat(MAX_HTTP_URL_BYTES)
+        ))
+        .is_err());
         assert!(parse_url("ftp://a.example/").is_err());
         assert!(parse_url("https://a.example/p?q=1").is_ok());
         assert_eq!(path_and_query(&url("https://a.example")), "/");

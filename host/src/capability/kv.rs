@@ -175,9 +175,7 @@ fn run_script<T: redis::FromRedisValue>(
 ) -> Result<T, HostCallError> {
     let mut conn = scope.host.redis.clone();
     scope.handle.block_on(async move {
-        deadline(
-            tokio::time::timeout(KV_DEADLINE, invocation.invoke_async::<T>(&mut conn)).await,
-        )
+        deadline(tokio::time::timeout(KV_DEADLINE, invocation.invoke_async::<T>(&mut conn)).await)
     })
 }
 

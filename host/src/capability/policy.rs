@@ -112,8 +112,7 @@ impl DecisionCache {
             .map(|_| ())
             .map_err(|r| Box::from(clip(r, MAX_DENIAL_REASON_BYTES)));
         let cost = CACHE_ENTRY_OVERHEAD + value.as_ref().err().map_or(0, |r| r.len());
-        if self.map.len() >= MAX_CACHED_DECISIONS || self.bytes + cost > MAX_DECISION_CACHE_BYTES
-        {
+        if self.map.len() >= MAX_CACHED_DECISIONS || self.bytes + cost > MAX_DECISION_CACHE_BYTES {
             self.map.clear();
             self.bytes = 0;
         }
@@ -377,10 +376,7 @@ impl CapabilityPolicy {
     /// How much the decision cache holds now (bounded by [`MAX_CACHED_DECISIONS`] and
     /// [`MAX_DECISION_CACHE_BYTES`] whatever plugins ask).
     pub fn cache_stats(&self) -> CacheStats {
-        self.decisions
-            .lock()
-            .map(|d| d.stats())
-            .unwrap_or_default()
+        self.decisions.lock().map(|d| d.stats()).unwrap_or_default()
     }
 }
 

@@ -97,8 +97,7 @@ impl Children {
         let index = self.next_index;
         self.next_index = self.next_index.saturating_add(1);
         check_budget(index).map_err(HostCallError::Failed)?;
-        validate_event_type(&event.event_type)
-            .map_err(|e| HostCallError::Failed(e.to_string()))?;
+        validate_event_type(&event.event_type).map_err(|e| HostCallError::Failed(e.to_string()))?;
         let parent = &scope.parent;
         let tenant = child_tenant(parent.tenant_id.as_deref(), event.tenant_id.as_deref())
             .map_err(HostCallError::Failed)?;
@@ -280,7 +279,10 @@ mod tests {
     #[test]
     fn children_stay_in_the_parents_tenant_unless_checked() {
         assert_eq!(child_tenant(Some("acme"), None), Ok(TenantCheck::Parent));
-        assert_eq!(child_tenant(Some("acme"), Some("acme")), Ok(TenantCheck::Parent));
+        assert_eq!(
+            child_tenant(Some("acme"), Some("acme")),
+            Ok(TenantCheck::Parent)
+        );
         assert_eq!(child_tenant(None, None), Ok(TenantCheck::Parent));
         assert_eq!(
             child_tenant(Some("acme"), Some("globex")),

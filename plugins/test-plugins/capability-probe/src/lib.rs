@@ -135,8 +135,16 @@ fn check(step: &Value, tally: &Tally) -> Result<(), String> {
         }
     }
     if let Some(want) = expect["error_contains"].as_str() {
-        if !tally.first_error.as_deref().unwrap_or_default().contains(want) {
-            return Err(format!("expected an error containing {want:?}; {}", tally.summary()));
+        if !tally
+            .first_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains(want)
+        {
+            return Err(format!(
+                "expected an error containing {want:?}; {}",
+                tally.summary()
+            ));
         }
     }
     if let Some(want) = expect["status"].as_u64() {
