@@ -154,19 +154,43 @@ impl QueueKeys {
     /// Plugin `plugin`'s kv key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or `%` in the
     /// plugin name is percent-encoded, so one plugin's keys never reach into another's.
     pub fn kv(&self, plugin: &str, key: &str) -> String {
-        let mut out = String::with_capacity(self.prefix.len() + plugin.len() + key.len() + 12);
-        out.push_str(&self.prefix);
-        out.push_str("outbox:kv:");
-        for c in plugin.chars() {
-            match c {
-                ':' => out.push_str("%3A"),
-                '%' => out.push_str("%25"),
-                c => out.push(c),
-            }
-        }
-        out.push(':');
+        let mut out = self.kv_namespace(plugin);
         out.push_str(key);
         out
+    }
+
+    /// The prefix of every kv key of plugin `plugin`: `{prefix}outbox:kv:{plugin}:` (the plugin
+    /// name percent-encoded as in [`kv`](Self::kv)).
+    pub fn kv_namespace(&self, plugin: &str) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + plugin.len() + 12);
+        out.push_str(&self.prefix);
+        out.push_str("outbox:kv:");
+        push_encoded(&mut out, plugin);
+        out.push(':');
+        out
+    }
+
+    /// The index of plugin `plugin`'s kv keys, a sorted set (member: the plugin's key, score:
+    /// its expiry in unix milliseconds, `+inf` without one) that bounds how many keys a plugin
+    /// holds: `{prefix}outbox:kv-index:{plugin}`.
+    pub fn kv_index(&self, plugin: &str) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + plugin.len() + 18);
+        out.push_str(&self.prefix);
+        out.push_str("outbox:kv-index:");
+        push_encoded(&mut out, plugin);
+        out
+    }
+}
+
+/// A plugin name in a key: `:` and `%` percent-encoded, so one plugin's keys never reach into
+/// another's.
+fn push_encoded(out: &mut String, plugin: &str) {
+    for c in plugin.chars() {
+        match c {
+            ':' => out.push_str("%3A"),
+            '%' => out.push_str("%25"),
+            c => out.push(c),
+        }
     }
 }
 

@@ -16,10 +16,12 @@ use crate::Config;
 pub struct CapabilityRequest {
     /// Name of the plugin making the call.
     pub plugin: String,
-    /// `log`, `publish`, `kv` or `http`.
+    /// `log`, `publish`, `publish-tenant`, `kv` or `http`.
     pub capability: String,
-    /// What the call touches: the event type for `publish`, the key for `kv`, the host (or
-    /// `host:port`) for `http`, empty for `log`.
+    /// What the call touches: the event type for `publish`, the tenant for `publish-tenant`
+    /// (asked only when a handler publishes into another tenant than its event's), the key for
+    /// `kv`, the host (with `:port` when not the scheme's default) for `http`, empty for `log`.
+    /// At most 1024 bytes (longer requests fail before any policy runs).
     pub target: String,
     /// The calling plugin's grants from `routes.toml`, as JSON text.
     pub grants: String,

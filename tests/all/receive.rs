@@ -564,7 +564,9 @@ async fn two_receivers_never_both_run_a_handler_to_completion(pool: PgPool) {
 async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
     use axum::body::Bytes;
     use axum::http::{HeaderMap, StatusCode};
-    use outbox_host::capability::signing::{verify_signature, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+    use outbox_host::capability::signing::{
+        verify_signature, SignedRequest, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+    };
 
     let mut env = TestEnv::new(pool).await;
     test_env_settings(&mut env);
@@ -584,10 +586,17 @@ async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
                         .unwrap_or_default()
                         .to_string()
                 };
+                let host = header("host");
+                let received = SignedRequest {
+                    method: "POST",
+                    host: &host,
+                    path_and_query: "/execute",
+                    body: &body,
+                };
                 let verified = verify_signature(
                     SECRET.as_bytes(),
                     &header(TIMESTAMP_HEADER),
-                    &body,
+                    &received,
                     &header(SIGNATURE_HEADER),
                     chrono::Utc::now().timestamp(),
                     300,
@@ -596,7 +605,7 @@ async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
                 let forged = verify_signature(
                     b"wrong secret",
                     &header(TIMESTAMP_HEADER),
-                    &body,
+                    &received,
                     &header(SIGNATURE_HEADER),
                     chrono::Utc::now().timestamp(),
                     300,
@@ -623,7 +632,9 @@ async fn http_executor_gets_one_signed_request_per_execution(pool: PgPool) {
         &format!("config = {{ executor = {{ http = {{ url = \"http://127.0.0.1:{port}/execute\" }} }}, workflows = ["),
     ).replace(
         "grants = { publish = [\"workflow.execution.\", \"workflow.executor.\"] }",
-        &format!("grants = {{ publish = [\"workflow.execution.\"], http = [\"127.0.0.1:{port}\"], http_signing_secret_env = \"OUTBOX_TEST_EXECUTOR_SECRET\" }}"),
+        // The local executor is a loopback IP named in the grant, reached over plain http:
+        // signing there needs the explicit opt-in.
+        &format!("grants = {{ publish = [\"workflow.execution.\"], http = [\"127.0.0.1:{port}\"], http_signing_secret_env = \"OUTBOX_TEST_EXECUTOR_SECRET\", http_signing_allow_plain_http = true }}"),
     );
     assert!(routes.contains("http_signing_secret_env"));
     let fixture = PluginFixture::new(PLUGINS, &routes);

@@ -1,15 +1,24 @@
 //! The `http` capability: outbound HTTP requests of a handler plugin.
 //!
-//! Owns the grant check (policy target: `host[:port]` of the URL), the client (no redirects),
-//! the timeout and response size limits, the headers a plugin may not set, and signing with the
-//! secret its grants name. It never sends a request before the policy allowed its host, never
-//! follows a redirect (each hop must pass the policy), and never shows the signing secret to the
-//! plugin or a log.
+//! Owns the grant check (policy target: `host[:port]` of the URL), the egress rules the host
+//! enforces whatever the policy says (the port a grant allows, the addresses a request may reach,
+//! checked on the address actually connected to), the client (no redirects, no proxy, a resolver
+//! that vets every address it returns), the timeout and response size limits, the headers a
+//! plugin may not set, and signing with the secret its grants name. It never sends a request
+//! before the policy allowed its host, never connects to a loopback, link-local, private or
+//! otherwise non-public address the grants do not name as an IP, never resolves a name twice for
+//! one connection (the address vetted is the address dialled), never follows a redirect (each
+//! hop must pass the policy), never signs over plain `http://` unless the grants allow it, and
+//! never shows the signing secret to the plugin or a log.
 
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::signing::{sign_request, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use super::signing::{sign_request, SignedRequest, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use super::DeliveryScope;
+use crate::config::Grants;
 use crate::plugin::bindings::handler_world::outbox::plugin::http as wit_http;
 use crate::plugin::bindings::HostCallError;
 
@@ -25,18 +34,72 @@ pub const MAX_HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest outbound HTTP response body, bytes.
 pub const MAX_HTTP_RESPONSE_BYTES: usize = 1 << 20;
 
-/// The outbound HTTP client plugins' calls go through: rustls, no redirects (each hop must pass
-/// the policy, so a 3xx comes back to the plugin as it is), default timeout.
+/// Longest URL a plugin may ask for, bytes (checked before the policy runs).
+pub const MAX_HTTP_URL_BYTES: usize = 8192;
+
+/// Clients kept for plugins whose grants name IP addresses (one per distinct set; the map is
+/// cleared when full, which only costs a rebuild).
+const MAX_CLIENTS: usize = 64;
+
+/// The outbound HTTP client plugins' calls go through when their grants name no IP address:
+/// rustls, no redirects (each hop must pass the policy, so a 3xx comes back to the plugin as it
+/// is), no proxy (a proxy would resolve the name where the host cannot vet it), and a resolver
+/// that refuses a name resolving to any non-public address.
 pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    client_allowing(Arc::from(Vec::new()))
+}
+
+/// [`http_client`] whose resolver also accepts the addresses in `allowed` (IPs the grants name).
+fn client_allowing(allowed: Arc<[IpAddr]>) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(Arc::new(VettingResolver { allowed }))
         .timeout(MAX_HTTP_TIMEOUT)
         .user_agent(concat!("outbox/", env!("CARGO_PKG_VERSION")))
         .build()
 }
 
+/// The clients of one process: the shared one, and one per set of granted IP addresses.
+pub(crate) struct EgressClients {
+    default: reqwest::Client,
+    by_allowed_ips: Mutex<HashMap<Vec<IpAddr>, reqwest::Client>>,
+}
+
+impl EgressClients {
+    /// Clients around `default` (built with [`http_client`]).
+    pub(crate) fn new(default: reqwest::Client) -> Self {
+        Self {
+            default,
+            by_allowed_ips: Mutex::default(),
+        }
+    }
+
+    /// The client whose resolver accepts exactly the non-public addresses in `allowed`.
+    fn for_allowed(&self, allowed: &[IpAddr]) -> Result<reqwest::Client, String> {
+        if allowed.is_empty() {
+            return Ok(self.default.clone());
+        }
+        let mut clients = self
+            .by_allowed_ips
+            .lock()
+            .map_err(|_| "http: client cache poisoned".to_string())?;
+        if let Some(client) = clients.get(allowed) {
+            return Ok(client.clone());
+        }
+        let client = client_allowing(Arc::from(allowed.to_vec()))
+            .map_err(|e| format!("http: building the client: {e}"))?;
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(allowed.to_vec(), client.clone());
+        Ok(client)
+    }
+}
+
 /// The policy target of a URL: `host`, or `host:port` when the port is not the scheme's
-/// default (IPv6 hosts keep their brackets). `None` when the URL has no host.
+/// default (IPv6 hosts keep their brackets). `None` when the URL has no host. It is also the
+/// `Host` header the request carries, and the host a signature covers.
 pub fn http_target(url: &reqwest::Url) -> Option<String> {
     let host = url.host_str()?;
     Some(match url.port() {
@@ -45,23 +108,359 @@ pub fn http_target(url: &reqwest::Url) -> Option<String> {
     })
 }
 
-/// `http.send`: check the grant for the URL's host, build the request (signed when the grants
-/// name a secret), send it and read the response within the limits.
+/// Why `ip` is not a public unicast address (loopback, link-local, private, ...), or `None`
+/// when it is one. IPv6 addresses that embed an IPv4 address (mapped `::ffff:a.b.c.d`,
+/// compatible `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged by it.
+pub fn non_public_kind(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => v4_kind(v4),
+        IpAddr::V6(v6) => v6_kind(v6),
+    }
+}
+
+fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
+    let [a, b, c, _] = ip.octets();
+    Some(if ip.is_unspecified() || a == 0 {
+        "unspecified (0.0.0.0/8)"
+    } else if ip.is_loopback() {
+        "loopback (127.0.0.0/8)"
+    } else if ip.is_link_local() {
+        "link-local (169.254.0.0/16, where cloud metadata services live)"
+    } else if ip.is_private() {
+        "private (10/8, 172.16/12, 192.168/16)"
+    } else if ip.is_broadcast() {
+        "broadcast"
+    } else if ip.is_multicast() {
+        "multicast (224.0.0.0/4)"
+    } else if a == 100 && (b & 0xc0) == 64 {
+        "shared address space (100.64.0.0/10)"
+    } else if a == 192 && b == 0 && c == 0 {
+        "IETF protocol assignments (192.0.0.0/24)"
+    } else if a == 198 && (b & 0xfe) == 18 {
+        "benchmarking (198.18.0.0/15)"
+    } else if ip.is_documentation() {
+        "documentation"
+    } else if a >= 240 {
+        "reserved (240.0.0.0/4)"
+    } else {
+        return None;
+    })
+}
+
+fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
+    let s = ip.segments();
+    if let Some(v4) = embedded_v4(ip) {
+        return v4_kind(v4);
+    }
+    Some(if ip.is_unspecified() {
+        "unspecified (::)"
+    } else if ip.is_loopback() {
+        "loopback (::1)"
+    } else if ip.is_multicast() {
+        "multicast (ff00::/8)"
+    } else if (s[0] & 0xffc0) == 0xfe80 {
+        "link-local (fe80::/10)"
+    } else if (s[0] & 0xffc0) == 0xfec0 {
+        "site-local (fec0::/10)"
+    } else if (s[0] & 0xfe00) == 0xfc00 {
+        "unique local / private (fc00::/7)"
+    } else if s[0] == 0x2001 && s[1] == 0x0db8 {
+        "documentation (2001:db8::/32)"
+    } else if s[0] == 0x0100 && s[1..4] == [0, 0, 0] {
+        "discard (100::/64)"
+    } else {
+        return None;
+    })
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that reach it.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    let low = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    };
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if s[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_unspecified() && !ip.is_loopback() {
+        return Some(low(s[6], s[7])); // IPv4-compatible (deprecated)
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(low(s[6], s[7])); // NAT64 well-known prefix
+    }
+    if s[0] == 0x2002 {
+        return Some(low(s[1], s[2])); // 6to4
+    }
+    None
+}
+
+/// An `http` grant entry: `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GrantEntry {
+    /// Lower-case host name, or the address.
+    host: GrantHost,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GrantHost {
+    Name(String),
+    Ip(IpAddr),
+}
+
+impl GrantEntry {
+    /// Parse one entry; `None` when it is not one (such an entry grants nothing here).
+    fn parse(entry: &str) -> Option<Self> {
+        let entry = entry.trim();
+        let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+            let (host, after) = rest.split_once(']')?;
+            match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None if after.is_empty() => (host, None),
+                None => return None,
+            }
+        } else {
+            match entry.split_once(':') {
+                Some((host, port)) if !port.contains(':') => (host, Some(port)),
+                _ => (entry, None),
+            }
+        };
+        let port = match port {
+            Some(p) => Some(p.parse::<u16>().ok()?),
+            None => None,
+        };
+        let host = match host.parse::<IpAddr>() {
+            Ok(ip) => GrantHost::Ip(ip.to_canonical()),
+            Err(_) if !host.is_empty() => GrantHost::Name(host.to_ascii_lowercase()),
+            Err(_) => return None,
+        };
+        Some(Self { host, port })
+    }
+}
+
+/// The egress decision for one URL, taken from the plugin's grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Destination {
+    /// The non-public addresses the grants name as IPs: the resolver accepts them for names too.
+    pub(crate) allowed_ips: Vec<IpAddr>,
+}
+
+/// Check a URL against the egress rules the host enforces after the policy allowed its host:
+///
+/// - the port: equal to the port of a grant entry naming this host, or to the scheme's default
+///   when the entry has no port (or when no entry names the host: a policy that allows more
+///   hosts than the grants list still reaches only default ports);
+/// - an IP-literal host that is not a public address (loopback, link-local, private, ...) only
+///   when a grant entry names that IP.
+///
+/// Names are vetted when they resolve (by the client's resolver), against the IPs the grants name.
+pub(crate) fn check_destination(
+    url: &reqwest::Url,
+    grants: &Grants,
+) -> Result<Destination, String> {
+    let entries: Vec<GrantEntry> = grants
+        .http
+        .iter()
+        .filter_map(|e| GrantEntry::parse(e))
+        .collect();
+    let default_port = match url.scheme() {
+        "https" => 443,
+        _ => 80,
+    };
+    let port = url.port_or_known_default().unwrap_or(default_port);
+    let Some(raw_host) = url.host_str() else {
+        return Err(format!("http: url {url} has no host"));
+    };
+    let bare = raw_host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(raw_host);
+    let host = match bare.parse::<IpAddr>() {
+        Ok(ip) => GrantHost::Ip(ip.to_canonical()),
+        Err(_) => GrantHost::Name(bare.to_ascii_lowercase()),
+    };
+    let shown = http_target(url).unwrap_or_default();
+    let naming: Vec<&GrantEntry> = entries.iter().filter(|e| e.host == host).collect();
+    let allowed_port = |e: &GrantEntry| e.port.unwrap_or(default_port) == port;
+    if naming.is_empty() {
+        if port != default_port {
+            return Err(format!(
+                "http: port {port} of {shown} is not granted: no http grant names this host, so only the {} default port {default_port} may be used",
+                url.scheme()
+            ));
+        }
+    } else if !naming.iter().copied().any(allowed_port) {
+        let granted: Vec<String> = naming
+            .iter()
+            .map(|e| match e.port {
+                Some(p) => p.to_string(),
+                None => format!("{default_port} (the {} default)", url.scheme()),
+            })
+            .collect();
+        return Err(format!(
+            "http: port {port} of {shown} is not granted (granted port: {}); a grant without a port allows only the scheme's default port",
+            granted.join(", ")
+        ));
+    }
+    let allowed_ips: Vec<IpAddr> = {
+        let mut ips: Vec<IpAddr> = entries
+            .iter()
+            .filter_map(|e| match e.host {
+                GrantHost::Ip(ip) if non_public_kind(ip).is_some() => Some(ip),
+                _ => None,
+            })
+            .collect();
+        ips.sort();
+        ips.dedup();
+        ips
+    };
+    if let GrantHost::Ip(ip) = host {
+        if let Some(kind) = non_public_kind(ip) {
+            if !allowed_ips.contains(&ip) {
+                return Err(refused(&shown, ip, kind));
+            }
+        }
+    }
+    Ok(Destination { allowed_ips })
+}
+
+/// The error of a refused address.
+fn refused(host: &str, ip: IpAddr, kind: &str) -> String {
+    format!(
+        "http: {host} is {ip}, a {kind} address; a plugin reaches non-public addresses only when its http grants name that IP explicitly"
+    )
+}
+
+/// Check every address a name resolved to: all must be public, or named by an IP grant. One bad
+/// address refuses the name (a resolver answer that mixes in an internal address is an attack).
+pub(crate) fn vet_resolved(
+    name: &str,
+    addrs: &[SocketAddr],
+    allowed: &[IpAddr],
+) -> Result<(), String> {
+    if addrs.is_empty() {
+        return Err(format!("http: {name} resolved to no address"));
+    }
+    for addr in addrs {
+        let ip = addr.ip().to_canonical();
+        if let Some(kind) = non_public_kind(ip) {
+            if !allowed.contains(&ip) {
+                return Err(format!(
+                    "http: {name} resolves to {ip}, a {kind} address; a plugin reaches non-public addresses only when its http grants name that IP explicitly (this refuses DNS rebinding)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The resolver of plugin clients: resolves once, vets every address ([`vet_resolved`]), and
+/// hands exactly those addresses to the connector, so the address checked is the one dialled.
+struct VettingResolver {
+    allowed: Arc<[IpAddr]>,
+}
+
+/// The error type reqwest's resolver interface carries.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A name refused by [`VettingResolver`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
+
+impl reqwest::dns::Resolve for VettingResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allowed = self.allowed.clone();
+        let name = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            vet_resolved(&name, &addrs, &allowed).map_err(Refused)?;
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok::<_, BoxError>(addrs)
+        })
+    }
+}
+
+/// An error and its sources, `: `-separated (reqwest hides the resolver's reason in a source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Refuse to sign a plain `http://` request unless the grants allow it: the signature, the
+/// timestamp and the body would cross the network readable and alterable.
+pub(crate) fn check_signing_scheme(
+    url: &reqwest::Url,
+    grants: &Grants,
+    plugin: &str,
+) -> Result<(), String> {
+    if url.scheme() == "https" || grants.http_signing_allow_plain_http {
+        return Ok(());
+    }
+    Err(format!(
+        "http: plugin '{plugin}' signs its requests, and {} is plain http: the host does not sign over plain http (use https, or set http_signing_allow_plain_http = true in its grants); the request was not sent",
+        http_target(url).unwrap_or_default()
+    ))
+}
+
+/// The path and query of a URL as its request line carries them (`/` at least).
+fn path_and_query(url: &reqwest::Url) -> String {
+    let path = match url.path() {
+        "" => "/",
+        p => p,
+    };
+    match url.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    }
+}
+
+/// Parse and check a URL before the policy sees it: length, scheme, host.
+pub(crate) fn parse_url(raw: &str) -> Result<(reqwest::Url, String), String> {
+    if raw.len() > MAX_HTTP_URL_BYTES {
+        return Err(format!(
+            "http: urls are at most {MAX_HTTP_URL_BYTES} bytes, got {}",
+            raw.len()
+        ));
+    }
+    let url = reqwest::Url::parse(raw).map_err(|e| {
+        format!(
+            "http: invalid url {:?}: {e}",
+            super::clip(raw, super::policy::MAX_AUDIT_TARGET)
+        )
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "http: only http and https urls are allowed, got {}",
+            url.scheme()
+        ));
+    }
+    let target = http_target(&url).ok_or_else(|| format!("http: url {url} has no host"))?;
+    Ok((url, target))
+}
+
+/// `http.send`: check the grant for the URL's host, the egress rules, build the request (signed
+/// when the grants name a secret), send it and read the response within the limits.
 pub(crate) fn send(
     scope: &DeliveryScope,
     request: wit_http::Request,
 ) -> Result<wit_http::Response, HostCallError> {
-    let url = reqwest::Url::parse(&request.url)
-        .map_err(|e| HostCallError::Failed(format!("http: invalid url {:?}: {e}", request.url)))?;
-    let target = http_target(&url)
-        .ok_or_else(|| HostCallError::Failed(format!("http: url {:?} has no host", request.url)))?;
+    let (url, target) = parse_url(&request.url).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, &target)?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(HostCallError::Failed(format!(
-            "http: only http and https urls are allowed, got {}",
-            url.scheme()
-        )));
-    }
+    let grants = &scope.plugin.spec.grants;
+    let destination = check_destination(&url, grants).map_err(HostCallError::Failed)?;
     let method = reqwest::Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| HostCallError::Failed(format!("http: invalid method {:?}", request.method)))?;
     let mut headers = reqwest::header::HeaderMap::new();
@@ -82,8 +481,16 @@ pub(crate) fn send(
     }
     let body = request.body.unwrap_or_default();
     if let Some(secret) = signing_secret(scope)? {
+        check_signing_scheme(&url, grants, &scope.plugin.name).map_err(HostCallError::Failed)?;
         let timestamp = chrono::Utc::now().timestamp();
-        let signature = sign_request(&secret, timestamp, &body);
+        let path = path_and_query(&url);
+        let signed = SignedRequest {
+            method: method.as_str(),
+            host: &target,
+            path_and_query: &path,
+            body: &body,
+        };
+        let signature = sign_request(&secret, timestamp, &signed);
         let value = |s: String| {
             reqwest::header::HeaderValue::from_str(&s)
                 .map_err(|e| HostCallError::Failed(format!("http: signing: {e}")))
@@ -96,16 +503,21 @@ pub(crate) fn send(
         .map(|ms| Duration::from_millis(u64::from(ms)))
         .unwrap_or(DEFAULT_HTTP_TIMEOUT)
         .min(MAX_HTTP_TIMEOUT);
-    let send = scope
+    let client = scope
         .host
         .http
+        .for_allowed(&destination.allowed_ips)
+        .map_err(HostCallError::Failed)?;
+    let send = client
         .request(method, url)
         .headers(headers)
         .body(body)
         .timeout(timeout)
         .send();
     let work = async move {
-        let mut response = send.await.map_err(|e| format!("http: {e}"))?;
+        let mut response = send
+            .await
+            .map_err(|e| format!("http: {}", with_sources(&e)))?;
         if response
             .content_length()
             .is_some_and(|len| len > MAX_HTTP_RESPONSE_BYTES as u64)
@@ -127,7 +539,7 @@ pub(crate) fn send(
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| format!("http: reading the body: {e}"))?
+            .map_err(|e| format!("http: reading the body: {}", with_sources(&e)))?
         {
             if body.len() + chunk.len() > MAX_HTTP_RESPONSE_BYTES {
                 return Err(too_large());
@@ -174,11 +586,22 @@ fn too_large() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::http_target;
+    use super::*;
+
+    fn url(u: &str) -> reqwest::Url {
+        reqwest::Url::parse(u).unwrap()
+    }
+
+    fn grants(http: &[&str]) -> Grants {
+        Grants {
+            http: http.iter().map(|s| s.to_string()).collect(),
+            ..Grants::default()
+        }
+    }
 
     #[test]
     fn http_targets() {
-        let t = |u: &str| http_target(&reqwest::Url::parse(u).unwrap());
+        let t = |u: &str| http_target(&url(u));
         assert_eq!(
             t("https://API.example.com/x?y=1").as_deref(),
             Some("api.example.com")
@@ -197,5 +620,174 @@ mod tests {
             Some("good.example")
         );
         assert_eq!(t("mailto:a@b.c"), None);
+    }
+
+    #[test]
+    fn non_public_addresses_are_classified() {
+        let kind = |s: &str| non_public_kind(s.parse().unwrap());
+        for internal in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "0.0.0.0",
+            "0.1.2.3",
+            "10.0.0.1",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.100.100.200",
+            "224.0.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::",
+            "::1",
+            "fe80::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+        ] {
+            assert!(
+                kind(internal).is_some(),
+                "{internal} must not count as public"
+            );
+        }
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            assert_eq!(kind(public), None, "{public} is public");
+        }
+        assert!(kind("169.254.169.254").unwrap().contains("link-local"));
+        assert!(kind("::1").unwrap().contains("loopback"));
+    }
+
+    #[test]
+    fn the_port_must_match_the_grant() {
+        let g = grants(&[
+            "api.example.com",
+            "hooks.example.com:8443",
+            "93.184.216.34:81",
+        ]);
+        assert!(check_destination(&url("https://api.example.com/x"), &g).is_ok());
+        assert!(check_destination(&url("http://api.example.com/x"), &g).is_ok());
+        let err = check_destination(&url("https://api.example.com:8443/x"), &g).unwrap_err();
+        assert!(
+            err.contains("port 8443") && err.contains("not granted"),
+            "{err}"
+        );
+        // 443 is not the default of http: a grant without a port allows port 80 there.
+        assert!(check_destination(&url("http://api.example.com:443/x"), &g).is_err());
+        assert!(check_destination(&url("https://hooks.example.com:8443/"), &g).is_ok());
+        assert!(check_destination(&url("https://hooks.example.com/"), &g).is_err());
+        assert!(check_destination(&url("http://93.184.216.34:81/"), &g).is_ok());
+        assert!(check_destination(&url("http://93.184.216.34/"), &g).is_err());
+        // A host no grant names (a permissive policy): default ports only.
+        assert!(check_destination(&url("https://other.example/"), &g).is_ok());
+        assert!(check_destination(&url("https://other.example:444/"), &g).is_err());
+    }
+
+    #[test]
+    fn non_public_ip_literals_need_a_grant_naming_the_ip() {
+        let none = grants(&["localhost:8080", "metadata.google.internal"]);
+        for u in [
+            "http://127.0.0.1:8080/",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[::1]:8080/",
+            "http://[::ffff:127.0.0.1]:8080/",
+            "http://0.0.0.0:8080/",
+            "http://10.1.2.3/",
+        ] {
+            let err = check_destination(&url(u), &none).unwrap_err();
+            assert!(
+                err.contains("name that IP explicitly") || err.contains("port"),
+                "{u}: {err}"
+            );
+        }
+        let err = check_destination(
+            &url("http://169.254.169.254/"),
+            &grants(&["169.254.169.254.nip.io"]),
+        )
+        .unwrap_err();
+        assert!(err.contains("link-local"), "{err}");
+        let ip = grants(&["127.0.0.1:8080", "[::1]:9000"]);
+        let d = check_destination(&url("http://127.0.0.1:8080/"), &ip).unwrap();
+        assert_eq!(
+            d.allowed_ips,
+            vec![
+                "127.0.0.1".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        assert!(check_destination(&url("http://[::1]:9000/"), &ip).is_ok());
+        assert!(check_destination(&url("http://127.0.0.2:8080/"), &ip).is_err());
+    }
+
+    #[test]
+    fn resolved_names_are_vetted_address_by_address() {
+        let a = |s: &str| -> SocketAddr { format!("{s}:0").parse().unwrap() };
+        assert!(vet_resolved("example.com", &[a("93.184.216.34")], &[]).is_ok());
+        let err = vet_resolved("localhost", &[a("127.0.0.1")], &[]).unwrap_err();
+        assert!(
+            err.contains("loopback") && err.contains("rebinding"),
+            "{err}"
+        );
+        let mixed = [a("93.184.216.34"), a("169.254.169.254")];
+        assert!(vet_resolved("evil.example", &mixed, &[]).is_err());
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(vet_resolved("localhost", &[a("127.0.0.1")], &[local]).is_ok());
+        assert!(vet_resolved("nothing.example", &[], &[]).is_err());
+    }
+
+    #[test]
+    fn grant_entries_parse() {
+        let p = |s: &str| GrantEntry::parse(s);
+        assert_eq!(
+            p("API.example.com:8080"),
+            Some(GrantEntry {
+                host: GrantHost::Name("api.example.com".into()),
+                port: Some(8080)
+            })
+        );
+        assert_eq!(
+            p("[::1]"),
+            Some(GrantEntry {
+                host: GrantHost::Ip("::1".parse().unwrap()),
+                port: None
+            })
+        );
+        assert_eq!(p("::1").map(|e| e.port), Some(None));
+        assert_eq!(p("host:99999"), None);
+        assert_eq!(p(""), None);
+    }
+
+    #[test]
+    fn signing_over_plain_http_needs_the_grant() {
+        let mut g = grants(&["127.0.0.1:8080"]);
+        let err = check_signing_scheme(&url("http://127.0.0.1:8080/"), &g, "p").unwrap_err();
+        assert!(err.contains("plain http"), "{err}");
+        assert!(check_signing_scheme(&url("https://127.0.0.1:8080/"), &g, "p").is_ok());
+        g.http_signing_allow_plain_http = true;
+        assert!(check_signing_scheme(&url("http://127.0.0.1:8080/"), &g, "p").is_ok());
+    }
+
+    #[test]
+    fn urls_are_checked_before_the_policy() {
+        assert!(parse_url(&format!(
+            "https://a.example/{}",
+            "x".repeat(MAX_HTTP_URL_BYTES)
+        ))
+        .is_err());
+        assert!(parse_url("ftp://a.example/").is_err());
+        assert!(parse_url("https://a.example/p?q=1").is_ok());
+        assert_eq!(path_and_query(&url("https://a.example")), "/");
+        assert_eq!(path_and_query(&url("https://a.example/p?q=1")), "/p?q=1");
     }
 }

@@ -1,14 +1,17 @@
 //! The `kv` capability: a per-plugin key-value store in Redis.
 //!
 //! Owns the grant check (policy target: the plugin's key), the key and value limits, the
-//! per-plugin key namespace and the Redis commands with their deadline. It never lets a plugin
-//! name a Redis key outside its own namespace, and never runs a command before the policy
-//! allowed it.
+//! per-plugin key namespace, the per-plugin key quota (an index of the plugin's keys kept by the
+//! same script that writes a key, so the count and the keys never disagree) and the Redis
+//! commands with their deadline. It never lets a plugin name a Redis key outside its own
+//! namespace, never lets one plugin hold more than [`MAX_KV_KEYS_PER_PLUGIN`] keys, and never
+//! runs a command before the key and value passed their limits and the policy allowed it.
 
 use std::time::Duration;
 
 use super::DeliveryScope;
 use crate::plugin::bindings::HostCallError;
+use crate::queue::QueueKeys;
 
 /// The capability name the policy is asked about.
 pub const CAPABILITY: &str = "kv";
@@ -19,52 +22,138 @@ pub const MAX_KV_KEY_BYTES: usize = 512;
 /// Largest kv value, bytes.
 pub const MAX_KV_VALUE_BYTES: usize = 1 << 20;
 
+/// Keys one plugin may hold at once (expired and deleted keys do not count). With
+/// [`MAX_KV_VALUE_BYTES`], a plugin holds at most about 1 GiB.
+pub const MAX_KV_KEYS_PER_PLUGIN: usize = 1000;
+
 /// Deadline of one Redis command issued for a plugin.
 const KV_DEADLINE: Duration = Duration::from_secs(5);
 
+/// `SET` under the quota. KEYS: the value key, the plugin's index. ARGV: value, ttl seconds (0:
+/// none), quota, the plugin's key (index member). Drops expired index members first; a key
+/// already in the index is overwritten whatever the count. Returns 1, or 0 when the quota is
+/// reached (nothing written).
+const SET_SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+if not redis.call('ZSCORE', KEYS[2], ARGV[4]) then
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
+    return 0
+  end
+end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ttl)
+  redis.call('ZADD', KEYS[2], now_ms + ttl * 1000, ARGV[4])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('ZADD', KEYS[2], '+inf', ARGV[4])
+end
+return 1
+"#;
+
+/// `DEL` and its index entry. KEYS: the value key, the plugin's index. ARGV: the plugin's key.
+/// Returns how many keys were removed (0 or 1).
+const DELETE_SCRIPT: &str = r#"
+redis.call('ZREM', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+"#;
+
+/// The kv scripts, loaded once per process.
+pub(crate) struct KvScripts {
+    set: redis::Script,
+    delete: redis::Script,
+}
+
+impl KvScripts {
+    /// The scripts (sent by hash, loaded on first use).
+    pub(crate) fn new() -> Self {
+        Self {
+            set: redis::Script::new(SET_SCRIPT),
+            delete: redis::Script::new(DELETE_SCRIPT),
+        }
+    }
+}
+
+/// Check a key before anything else sees it: 1 to [`MAX_KV_KEY_BYTES`] bytes.
+pub(crate) fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_KV_KEY_BYTES {
+        return Err(format!(
+            "kv keys are 1 to {MAX_KV_KEY_BYTES} bytes, got {}",
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Check a value and its time to live before anything else sees them.
+pub(crate) fn check_value(value: &str, ttl_seconds: Option<u32>) -> Result<(), String> {
+    if value.len() > MAX_KV_VALUE_BYTES {
+        return Err(format!(
+            "kv values are at most {MAX_KV_VALUE_BYTES} bytes, got {}",
+            value.len()
+        ));
+    }
+    if ttl_seconds == Some(0) {
+        return Err("kv: ttl_seconds must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// The error of a full quota.
+fn quota_reached(plugin: &str) -> String {
+    format!(
+        "kv quota of {MAX_KV_KEYS_PER_PLUGIN} keys reached for plugin '{plugin}': delete keys or let them expire before adding new ones (overwriting an existing key still works)"
+    )
+}
+
 /// `kv.get`.
 pub(crate) fn get(scope: &DeliveryScope, key: &str) -> Result<Option<String>, HostCallError> {
+    check_key(key).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, key)?;
-    let key = redis_key(scope, key)?;
+    let key = redis_key(scope, key);
     run(scope, redis::cmd("GET").arg(key).clone())
 }
 
-/// `kv.set`, with an optional time to live (at least one second).
+/// `kv.set`, with an optional time to live (at least one second), within the plugin's quota.
 pub(crate) fn set(
     scope: &DeliveryScope,
     key: &str,
     value: String,
     ttl_seconds: Option<u32>,
 ) -> Result<(), HostCallError> {
+    check_key(key).map_err(HostCallError::Failed)?;
+    check_value(&value, ttl_seconds).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, key)?;
-    let key = redis_key(scope, key)?;
-    if value.len() > MAX_KV_VALUE_BYTES {
-        return Err(HostCallError::Failed(format!(
-            "kv values are at most {MAX_KV_VALUE_BYTES} bytes, got {}",
-            value.len()
-        )));
+    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let mut invocation = scope.host.kv_scripts.set.prepare_invoke();
+    invocation
+        .key(keys.kv(&scope.plugin.name, key))
+        .key(keys.kv_index(&scope.plugin.name))
+        .arg(value)
+        .arg(ttl_seconds.unwrap_or(0))
+        .arg(MAX_KV_KEYS_PER_PLUGIN)
+        .arg(key);
+    let stored: i64 = run_script(scope, invocation)?;
+    if stored == 1 {
+        Ok(())
+    } else {
+        Err(HostCallError::Failed(quota_reached(&scope.plugin.name)))
     }
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(key).arg(value);
-    match ttl_seconds {
-        Some(0) => {
-            return Err(HostCallError::Failed(
-                "kv: ttl_seconds must be at least 1".into(),
-            ))
-        }
-        Some(ttl) => {
-            cmd.arg("EX").arg(ttl);
-        }
-        None => {}
-    }
-    run::<()>(scope, cmd)
 }
 
 /// `kv.delete`: whether the key existed.
 pub(crate) fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, HostCallError> {
+    check_key(key).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, key)?;
-    let key = redis_key(scope, key)?;
-    let removed: i64 = run(scope, redis::cmd("DEL").arg(key).clone())?;
+    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let mut invocation = scope.host.kv_scripts.delete.prepare_invoke();
+    invocation
+        .key(keys.kv(&scope.plugin.name, key))
+        .key(keys.kv_index(&scope.plugin.name))
+        .arg(key);
+    let removed: i64 = run_script(scope, invocation)?;
     Ok(removed > 0)
 }
 
@@ -75,41 +164,49 @@ fn run<T: redis::FromRedisValue>(
 ) -> Result<T, HostCallError> {
     let mut conn = scope.host.redis.clone();
     scope.handle.block_on(async move {
-        match tokio::time::timeout(KV_DEADLINE, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(HostCallError::Failed(format!("kv: {e}"))),
-            Err(_) => Err(HostCallError::Failed(format!(
-                "kv: Redis did not answer within {} s",
-                KV_DEADLINE.as_secs()
-            ))),
-        }
+        deadline(tokio::time::timeout(KV_DEADLINE, cmd.query_async::<T>(&mut conn)).await)
     })
 }
 
-/// The namespaced Redis key of a plugin key, after checking its length.
-fn redis_key(scope: &DeliveryScope, key: &str) -> Result<String, HostCallError> {
-    if key.is_empty() || key.len() > MAX_KV_KEY_BYTES {
-        return Err(HostCallError::Failed(format!(
-            "kv keys are 1 to {MAX_KV_KEY_BYTES} bytes, got {}",
-            key.len()
-        )));
+/// Run one kv script with the kv deadline.
+fn run_script<T: redis::FromRedisValue>(
+    scope: &DeliveryScope,
+    invocation: redis::ScriptInvocation<'_>,
+) -> Result<T, HostCallError> {
+    let mut conn = scope.host.redis.clone();
+    scope.handle.block_on(async move {
+        deadline(tokio::time::timeout(KV_DEADLINE, invocation.invoke_async::<T>(&mut conn)).await)
+    })
+}
+
+/// A Redis answer within the kv deadline, as the plugin sees it.
+fn deadline<T>(
+    answer: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+) -> Result<T, HostCallError> {
+    match answer {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(HostCallError::Failed(format!("kv: {e}"))),
+        Err(_) => Err(HostCallError::Failed(format!(
+            "kv: Redis did not answer within {} s",
+            KV_DEADLINE.as_secs()
+        ))),
     }
-    Ok(kv_redis_key(
-        &scope.host.key_prefix,
-        &scope.plugin.name,
-        key,
-    ))
+}
+
+/// The namespaced Redis key of a plugin key (checked by [`check_key`]).
+fn redis_key(scope: &DeliveryScope, key: &str) -> String {
+    kv_redis_key(&scope.host.key_prefix, &scope.plugin.name, key)
 }
 
 /// The Redis key of plugin `plugin`'s key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or
 /// `%` in the plugin name is percent-encoded, so no two plugins can share a key.
 pub fn kv_redis_key(prefix: &str, plugin: &str, key: &str) -> String {
-    crate::queue::QueueKeys::new(prefix).kv(plugin, key)
+    QueueKeys::new(prefix).kv(plugin, key)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::kv_redis_key;
+    use super::*;
 
     #[test]
     fn kv_keys_are_namespaced_per_plugin() {
@@ -125,5 +222,20 @@ mod tests {
         assert_ne!(kv_redis_key("", "a", "b:c"), kv_redis_key("", "a:b", "c"));
         assert_eq!(kv_redis_key("", "a:b", "c"), "outbox:kv:a%3Ab:c");
         assert_ne!(kv_redis_key("", "a%3Ab", "c"), kv_redis_key("", "a:b", "c"));
+        // The index is outside every plugin's namespace.
+        let index = QueueKeys::new("").kv_index("counter");
+        assert_eq!(index, "outbox:kv-index:counter");
+        assert!(!index.starts_with(&QueueKeys::new("").kv_namespace("counter")));
+    }
+
+    #[test]
+    fn keys_and_values_are_bounded_before_anything_runs() {
+        assert!(check_key("").is_err());
+        assert!(check_key(&"k".repeat(MAX_KV_KEY_BYTES)).is_ok());
+        assert!(check_key(&"k".repeat(MAX_KV_KEY_BYTES + 1)).is_err());
+        assert!(check_value(&"v".repeat(MAX_KV_VALUE_BYTES), None).is_ok());
+        assert!(check_value(&"v".repeat(MAX_KV_VALUE_BYTES + 1), None).is_err());
+        assert!(check_value("v", Some(0)).is_err());
+        assert!(quota_reached("p").contains("kv quota of 1000 keys reached"));
     }
 }

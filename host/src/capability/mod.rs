@@ -8,13 +8,17 @@
 //!   target it asks about), its limits (the `MAX_*` constants) and its implementation;
 //! - [`signing`]: the signature scheme of outbound HTTP;
 //! - the per-process `HandlerHost` (what every delivery shares: policy, database pool, Redis,
-//!   key prefix, HTTP client, payload limit) and the per-delivery `ReceiverServices`, the
-//!   receiver's implementation of [`HandlerServices`], a thin dispatcher to the modules above.
+//!   key prefix, HTTP clients, payload limit, denial-event limiter, kv scripts) and the
+//!   per-delivery `ReceiverServices`, the receiver's implementation of [`HandlerServices`], a
+//!   thin dispatcher to the modules above.
 //!
 //! Never:
 //! - performs a host call (database write, Redis command, network request) before the policy
 //!   allowed it; on a denial the only thing written is the `plugin.capability-use.denied` audit
-//!   event (when `[policy] publish_denials` is on);
+//!   event (when `[policy] publish_denials` is on, at most one per plugin and capability per
+//!   `policy::DENIAL_REPORT_WINDOW`, carrying the count of those suppressed);
+//! - keeps anything a guest hands over without a bound (key and value sizes, a kv key quota per
+//!   plugin, children per delivery, response sizes, policy targets and reasons);
 //! - lets a plugin reach outside its own key namespace, or pick its children's dispatch keys;
 //! - shows a signing secret to a plugin or writes it to a log;
 //! - blocks the async executor: the services run on the blocking thread of a wasm call and wait
@@ -48,8 +52,12 @@ pub(crate) struct HandlerHost {
     pool: PgPool,
     redis: ConnectionManager,
     key_prefix: String,
-    http: reqwest::Client,
+    http: http::EgressClients,
     max_payload_bytes: usize,
+    /// Which denials become `plugin.capability-use.denied` events.
+    denial_events: policy::DenialLimiter,
+    /// The kv quota script.
+    kv_scripts: kv::KvScripts,
 }
 
 impl HandlerHost {
@@ -59,7 +67,9 @@ impl HandlerHost {
     ///   `plugin.capability-use.denied` event (`[policy] publish_denials`, read per delivery);
     /// - `redis`, `key_prefix`: the kv store and the host's Redis key prefix;
     /// - `http`: the outbound client; build it with [`http::http_client`], which does not follow
-    ///   redirects (a followed redirect would reach a host the policy never saw);
+    ///   redirects (a followed redirect would reach a host the policy never saw), uses no proxy
+    ///   and vets every address a name resolves to (plugins whose grants name IPs get clients
+    ///   of their own, made here);
     /// - `max_payload_bytes`: payload limit of children (`OUTBOX_MAX_PAYLOAD_BYTES`).
     pub(crate) fn new(
         policy: Arc<CapabilityPolicy>,
@@ -74,8 +84,10 @@ impl HandlerHost {
             pool,
             redis,
             key_prefix: key_prefix.into(),
-            http,
+            http: http::EgressClients::new(http),
             max_payload_bytes,
+            denial_events: policy::DenialLimiter::new(policy::DENIAL_REPORT_WINDOW),
+            kv_scripts: kv::KvScripts::new(),
         }
     }
 
@@ -123,8 +135,11 @@ pub(crate) struct DeliveryScope {
 }
 
 impl DeliveryScope {
-    /// Run the policy; on a denial write the audit event (if configured) and return `Denied`.
+    /// Check the request ([`policy::validate_request`]: `Failed` when malformed, before any
+    /// policy runs), run the policy; on a denial write the audit event (if configured and not
+    /// rate-limited by the [`policy::DenialLimiter`]) and return `Denied`.
     fn authorize(&self, capability: &str, target: &str) -> Result<(), HostCallError> {
+        policy::validate_request(capability, target).map_err(HostCallError::Failed)?;
         let grants = &self.grants;
         let Err(reason) = self.host.policy.check_with_grants(
             &self.plugin.name,
@@ -134,15 +149,20 @@ impl DeliveryScope {
         ) else {
             return Ok(());
         };
-        if self.publish_denials {
-            let event = policy::denial_event(
-                &self.plugin.name,
+        let admitted = || {
+            self.host
+                .denial_events
+                .admit(&self.plugin.name, capability, std::time::Instant::now())
+        };
+        if let Some(suppressed_before) = self.publish_denials.then(admitted).flatten() {
+            let denial = policy::Denial {
+                plugin: &self.plugin.name,
                 capability,
                 target,
-                &reason,
-                &self.parent,
-                &self.handler,
-            );
+                reason: &reason,
+                suppressed_before,
+            };
+            let event = policy::denial_event(&denial, &self.parent, &self.handler);
             if let Err(e) = publish::insert(self, event) {
                 tracing::error!(
                     target: "outbox::audit",

@@ -1,12 +1,17 @@
 //! The capability policy: whether one host call of one plugin may happen.
 //!
-//! Owns [`CapabilityPolicy`] (which policy plugin decides, failing closed without one), its
-//! decision cache, the decision and denial metrics, the audit log line of a denial, and the
-//! `plugin.capability-use.denied` event a denial is recorded as. It never performs the host call
-//! it decides about, and never caches a failed policy call.
+//! Owns [`CapabilityPolicy`] (which policy plugin decides, failing closed without one), the
+//! request checks done before the policy runs ([`validate_request`]), its decision cache
+//! (bounded in entries and bytes, keyed by a hash, reasons clipped), the decision and denial
+//! metrics, the audit log line of a denial (rate-limited per plugin and capability by a
+//! [`DenialLimiter`]), and the `plugin.capability-use.denied` event a denial is recorded as. It
+//! never performs the host call it decides about, never caches a failed policy call, and never
+//! lets a plugin grow host memory or the audit trail with the number of distinct targets it asks
+//! about.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
@@ -29,8 +34,29 @@ pub const DENIED_EVENT_TYPE: &str = "plugin.capability-use.denied";
 /// Longest target quoted in audit lines and denial events (kv keys are checked after the policy).
 pub(crate) const MAX_AUDIT_TARGET: usize = 512;
 
+/// Longest target the policy is asked about, bytes: a longer one fails before the policy runs.
+pub const MAX_POLICY_TARGET_BYTES: usize = 1024;
+
+/// Longest denial reason kept (cached, returned to the plugin, logged, published), bytes.
+pub const MAX_DENIAL_REASON_BYTES: usize = 1024;
+
 /// Cached policy decisions kept at most (the cache is cleared when full).
-const MAX_CACHED_DECISIONS: usize = 4096;
+pub const MAX_CACHED_DECISIONS: usize = 4096;
+
+/// Bytes the decision cache may hold at most, counted as [`CACHE_ENTRY_OVERHEAD`] per entry
+/// plus its clipped reason (the cache is cleared when the next entry would pass it).
+pub const MAX_DECISION_CACHE_BYTES: usize = 1 << 20;
+
+/// What one cache entry costs besides its reason: the 32-byte key, the value and the map's
+/// bookkeeping, rounded up.
+pub const CACHE_ENTRY_OVERHEAD: usize = 96;
+
+/// Per plugin and capability, at most one denial is logged and published per window; the
+/// denials suppressed in between are counted into the next one reported.
+pub const DENIAL_REPORT_WINDOW: Duration = Duration::from_secs(60);
+
+/// The capabilities a policy is asked about.
+pub const CAPABILITIES: &[&str] = &["log", "publish", "publish-tenant", "kv", "http"];
 
 /// Decides capability checks by calling the configured policy plugin. Reads `[policy]` and looks
 /// the policy plugin up on every check, so a reloaded `routes.toml` or policy `.wasm` takes
@@ -38,11 +64,14 @@ const MAX_CACHED_DECISIONS: usize = 4096;
 pub struct CapabilityPolicy {
     registry: Arc<PluginRegistry>,
     source: PolicySource,
-    /// Decisions of the policy plugin, keyed by everything they depend on (policy version and
-    /// config, caller, capability, target, grants): a policy is a pure function of its request,
-    /// so an identical request under the same policy version gets the same answer without
-    /// instantiating WebAssembly again. A reload changes the key; failures are never cached.
-    decisions: std::sync::Mutex<HashMap<String, Result<(), String>>>,
+    /// Decisions of the policy plugin, keyed by a hash of everything they depend on (policy
+    /// version and config, caller, capability, target, grants): a policy is a pure function of
+    /// its request, so an identical request under the same policy version gets the same answer
+    /// without instantiating WebAssembly again. A reload changes the key; failures are never
+    /// cached.
+    decisions: Mutex<DecisionCache>,
+    /// Which denials get an audit log line.
+    log_limiter: DenialLimiter,
 }
 
 /// Where the `[policy]` section comes from.
@@ -53,6 +82,142 @@ enum PolicySource {
     Fixed(Arc<str>),
 }
 
+/// Size of the decision cache, as [`CapabilityPolicy::cache_stats`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Entries held.
+    pub entries: usize,
+    /// Bytes held, counted as [`CACHE_ENTRY_OVERHEAD`] per entry plus its reason.
+    pub bytes: usize,
+}
+
+/// The decision cache: hash of the request -> decision (reason clipped), bounded in entries and
+/// bytes; cleared when the next entry would pass either bound.
+#[derive(Default)]
+struct DecisionCache {
+    map: HashMap<[u8; 32], Result<(), Box<str>>>,
+    bytes: usize,
+}
+
+impl DecisionCache {
+    fn get(&self, key: &[u8; 32]) -> Option<Result<(), String>> {
+        self.map
+            .get(key)
+            .map(|d| d.as_ref().map(|_| ()).map_err(|r| r.to_string()))
+    }
+
+    fn insert(&mut self, key: [u8; 32], decision: &Result<(), String>) {
+        let value: Result<(), Box<str>> = decision
+            .as_ref()
+            .map(|_| ())
+            .map_err(|r| Box::from(clip(r, MAX_DENIAL_REASON_BYTES)));
+        let cost = CACHE_ENTRY_OVERHEAD + value.as_ref().err().map_or(0, |r| r.len());
+        if self.map.len() >= MAX_CACHED_DECISIONS || self.bytes + cost > MAX_DECISION_CACHE_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        if let Some(old) = self.map.insert(key, value) {
+            self.bytes -= CACHE_ENTRY_OVERHEAD + old.err().map_or(0, |r| r.len());
+        }
+        self.bytes += cost;
+    }
+
+    fn stats(&self) -> CacheStats {
+        CacheStats {
+            entries: self.map.len(),
+            bytes: self.bytes,
+        }
+    }
+}
+
+/// The cache key of one request under one policy version: SHA-256 of its parts, each
+/// length-prefixed (so no two different requests share a key by moving a separator).
+fn cache_key(parts: &[&str]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    hash.finalize().into()
+}
+
+/// Check a request before any policy runs: a known capability and a target of at most
+/// [`MAX_POLICY_TARGET_BYTES`]. `Err` says what is wrong (a bad request, not a denial).
+pub fn validate_request(capability: &str, target: &str) -> Result<(), String> {
+    if !CAPABILITIES.contains(&capability) {
+        return Err(format!("unknown capability '{}'", clip(capability, 64)));
+    }
+    if target.len() > MAX_POLICY_TARGET_BYTES {
+        return Err(format!(
+            "{capability}: the target is {} bytes, over the limit of {MAX_POLICY_TARGET_BYTES}",
+            target.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Rate limit of denial reports (audit log lines, denial events): per (plugin, capability), the
+/// first denial of a window is reported, the others are only counted; the next report carries
+/// that count. Holds one small slot per (plugin, capability), cleared when over a bound.
+pub(crate) struct DenialLimiter {
+    window: Duration,
+    slots: Mutex<HashMap<(Box<str>, &'static str), Slot>>,
+}
+
+struct Slot {
+    opened: Instant,
+    suppressed: u64,
+}
+
+/// Slots a [`DenialLimiter`] keeps at most (plugins x capabilities; cleared when full).
+const MAX_LIMITER_SLOTS: usize = 4096;
+
+impl DenialLimiter {
+    /// A limiter reporting at most one denial per (plugin, capability) per `window`.
+    pub(crate) fn new(window: Duration) -> Self {
+        Self {
+            window,
+            slots: Mutex::default(),
+        }
+    }
+
+    /// Whether to report a denial of `capability` to `plugin` at `now`: `Some(n)` with the
+    /// number of denials suppressed since the previous report, `None` to suppress this one.
+    pub(crate) fn admit(&self, plugin: &str, capability: &str, now: Instant) -> Option<u64> {
+        let Ok(mut slots) = self.slots.lock() else {
+            return Some(0);
+        };
+        let key = (Box::from(plugin), capability_label(capability));
+        match slots.get_mut(&key) {
+            Some(slot) if now.saturating_duration_since(slot.opened) < self.window => {
+                slot.suppressed += 1;
+                None
+            }
+            Some(slot) => {
+                let suppressed = slot.suppressed;
+                *slot = Slot {
+                    opened: now,
+                    suppressed: 0,
+                };
+                Some(suppressed)
+            }
+            None => {
+                if slots.len() >= MAX_LIMITER_SLOTS {
+                    slots.clear();
+                }
+                slots.insert(
+                    key,
+                    Slot {
+                        opened: now,
+                        suppressed: 0,
+                    },
+                );
+                Some(0)
+            }
+        }
+    }
+}
+
 impl CapabilityPolicy {
     /// A policy that follows `[policy]` of the live `routes` (hot reload included).
     pub fn new(registry: Arc<PluginRegistry>, routes: Arc<ArcSwap<RoutesFile>>) -> Self {
@@ -60,6 +225,7 @@ impl CapabilityPolicy {
             registry,
             source: PolicySource::Live(routes),
             decisions: Default::default(),
+            log_limiter: DenialLimiter::new(DENIAL_REPORT_WINDOW),
         }
     }
 
@@ -70,6 +236,7 @@ impl CapabilityPolicy {
             registry,
             source: PolicySource::Fixed(Arc::from(policy_plugin)),
             decisions: Default::default(),
+            log_limiter: DenialLimiter::new(DENIAL_REPORT_WINDOW),
         }
     }
 
@@ -106,20 +273,29 @@ impl CapabilityPolicy {
         capability: &str,
         target: &str,
     ) -> Result<(), String> {
-        let result = self.decide(plugin, grants, capability, target);
+        let result = match validate_request(capability, target) {
+            Ok(()) => self
+                .decide(plugin, grants, capability, target)
+                .map_err(|reason| clip(&reason, MAX_DENIAL_REASON_BYTES).to_string()),
+            Err(bad) => Err(format!("plugin '{plugin}' may not use {bad}")),
+        };
         let label = capability_label(capability);
         let decision = if result.is_ok() { "allow" } else { "deny" };
         metrics::counter!("outbox_capability_checks_total", "capability" => label, "decision" => decision)
             .increment(1);
         if let Err(reason) = &result {
-            tracing::warn!(
-                target: "outbox::audit",
-                plugin,
-                capability,
-                target = clip(target, MAX_AUDIT_TARGET),
-                reason = reason.as_str(),
-                "capability denied"
-            );
+            if let Some(suppressed) = self.log_limiter.admit(plugin, capability, Instant::now()) {
+                tracing::warn!(
+                    target: "outbox::audit",
+                    plugin,
+                    capability,
+                    target = clip(target, MAX_AUDIT_TARGET),
+                    reason = reason.as_str(),
+                    suppressed_before = suppressed,
+                    "capability denied (at most one line per plugin and capability per {} s; suppressed_before counts the denials not logged since the previous line)",
+                    DENIAL_REPORT_WINDOW.as_secs()
+                );
+            }
             metrics::counter!("outbox_capability_denied_total", "capability" => label, "plugin" => plugin.to_string())
                 .increment(1);
         }
@@ -165,21 +341,15 @@ impl CapabilityPolicy {
             target: target.to_string(),
             grants: grants(),
         };
-        let key = [
+        let key = cache_key(&[
             policy.compiled.hash.as_str(),
             policy.config_json.as_str(),
             request.plugin.as_str(),
             request.capability.as_str(),
             request.target.as_str(),
             request.grants.as_str(),
-        ]
-        .join("\u{0}");
-        if let Some(cached) = self
-            .decisions
-            .lock()
-            .ok()
-            .and_then(|d| d.get(&key).cloned())
-        {
+        ]);
+        if let Some(cached) = self.decisions.lock().ok().and_then(|d| d.get(&key)) {
             return cached;
         }
         let decision = match policy.call_policy(&request) {
@@ -196,13 +366,17 @@ impl CapabilityPolicy {
                 ))
             }
         };
+        let decision = decision.map_err(|r| clip(&r, MAX_DENIAL_REASON_BYTES).to_string());
         if let Ok(mut decisions) = self.decisions.lock() {
-            if decisions.len() >= MAX_CACHED_DECISIONS {
-                decisions.clear();
-            }
-            decisions.insert(key, decision.clone());
+            decisions.insert(key, &decision);
         }
         decision
+    }
+
+    /// How much the decision cache holds now (bounded by [`MAX_CACHED_DECISIONS`] and
+    /// [`MAX_DECISION_CACHE_BYTES`] whatever plugins ask).
+    pub fn cache_stats(&self) -> CacheStats {
+        self.decisions.lock().map(|d| d.stats()).unwrap_or_default()
     }
 }
 
@@ -216,6 +390,7 @@ fn capability_label(capability: &str) -> &'static str {
     match capability {
         "log" => "log",
         "publish" => "publish",
+        "publish-tenant" => "publish-tenant",
         "kv" => "kv",
         "http" => "http",
         _ => "other",
@@ -241,23 +416,41 @@ pub fn denial_dispatch_key(
     ))
 }
 
+/// One denial to record as an event.
+pub(crate) struct Denial<'a> {
+    /// The plugin that was refused.
+    pub(crate) plugin: &'a str,
+    /// The capability it asked for.
+    pub(crate) capability: &'a str,
+    /// What it asked about.
+    pub(crate) target: &'a str,
+    /// The policy's reason.
+    pub(crate) reason: &'a str,
+    /// Denials of this plugin and capability not published since the previous event.
+    pub(crate) suppressed_before: u64,
+}
+
 /// The `plugin.capability-use.denied` event of one denial (idempotent per parent, handler,
-/// capability and target), a child of `parent`.
-pub(crate) fn denial_event(
-    plugin: &str,
-    capability: &str,
-    target: &str,
-    reason: &str,
-    parent: &ParentEvent,
-    handler: &str,
-) -> NewEvent {
+/// capability and target), a child of `parent`. `suppressed_before` in the payload counts the
+/// denials of the same plugin and capability that were rate-limited since the previous event
+/// ([`DENIAL_REPORT_WINDOW`]).
+pub(crate) fn denial_event(denial: &Denial<'_>, parent: &ParentEvent, handler: &str) -> NewEvent {
+    let Denial {
+        plugin,
+        capability,
+        target,
+        reason,
+        suppressed_before,
+    } = *denial;
     let payload = serde_json::json!({
         "plugin": plugin,
         "capability": capability,
         "target": clip(target, MAX_AUDIT_TARGET),
-        "reason": reason,
+        "reason": clip(reason, MAX_DENIAL_REASON_BYTES),
         "parent_event_id": parent.id,
         "handler": handler,
+        "suppressed_before": suppressed_before,
+        "report_window_seconds": DENIAL_REPORT_WINDOW.as_secs(),
     });
     let key = denial_dispatch_key(parent.id, handler, capability, target);
     let mut event = NewEvent::new(DENIED_EVENT_TYPE, payload)
@@ -274,6 +467,66 @@ mod tests {
     fn registry() -> Arc<PluginRegistry> {
         let engine = crate::plugin::PluginEngine::new().unwrap();
         Arc::new(PluginRegistry::new(engine, "/nonexistent"))
+    }
+
+    #[test]
+    fn the_decision_cache_stays_within_its_bounds() {
+        let mut cache = DecisionCache::default();
+        let long_reason = "r".repeat(100_000);
+        for i in 0u32..20_000 {
+            let decision = if i % 2 == 0 {
+                Ok(())
+            } else {
+                Err(long_reason.clone())
+            };
+            cache.insert(cache_key(&[&i.to_string()]), &decision);
+            let stats = cache.stats();
+            assert!(stats.bytes <= MAX_DECISION_CACHE_BYTES, "{stats:?}");
+            assert!(stats.entries <= MAX_CACHED_DECISIONS, "{stats:?}");
+        }
+        let kept = cache.get(&cache_key(&["19999"])).unwrap().unwrap_err();
+        assert_eq!(kept.len(), MAX_DENIAL_REASON_BYTES, "reasons are clipped");
+        // Overwriting an entry does not count it twice.
+        let mut one = DecisionCache::default();
+        one.insert(cache_key(&["a"]), &Err("x".into()));
+        one.insert(cache_key(&["a"]), &Err("x".into()));
+        assert_eq!(one.stats().bytes, CACHE_ENTRY_OVERHEAD + 1);
+        // Moving a separator does not make two requests share a key.
+        assert_ne!(cache_key(&["ab", "c"]), cache_key(&["a", "bc"]));
+    }
+
+    #[test]
+    fn requests_are_checked_before_the_policy() {
+        assert!(validate_request("kv", "k").is_ok());
+        assert!(validate_request("publish-tenant", "acme").is_ok());
+        assert!(validate_request("files", "/etc/passwd").is_err());
+        let long = "k".repeat(MAX_POLICY_TARGET_BYTES + 1);
+        let err = validate_request("kv", &long).unwrap_err();
+        assert!(err.contains("over the limit of 1024"), "{err}");
+        // Even with deny-all the over-long target is refused as such.
+        let policy = CapabilityPolicy::with_plugin(registry(), DENY_ALL);
+        let err = policy
+            .check_with_grants("x", || "{}".into(), "kv", &long)
+            .unwrap_err();
+        assert!(err.contains("over the limit"), "{err}");
+    }
+
+    #[test]
+    fn denial_reports_are_limited_per_plugin_and_capability() {
+        let limiter = DenialLimiter::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        assert_eq!(limiter.admit("p", "kv", t0), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(limiter.admit("p", "kv", t0 + Duration::from_secs(1)), None);
+        }
+        assert_eq!(limiter.admit("p", "http", t0), Some(0), "per capability");
+        assert_eq!(limiter.admit("q", "kv", t0), Some(0), "per plugin");
+        // The next window reports again, with the count left out.
+        assert_eq!(
+            limiter.admit("p", "kv", t0 + Duration::from_secs(61)),
+            Some(1000)
+        );
+        assert_eq!(limiter.admit("p", "kv", t0 + Duration::from_secs(62)), None);
     }
 
     #[test]

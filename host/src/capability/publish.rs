@@ -1,9 +1,13 @@
 //! The `publish` capability: a handler publishes child events of the event it handles.
 //!
-//! Owns the grant check (policy target: the child's event type), deterministic child dispatch
-//! keys (so a redelivery does not duplicate children), the headers a child inherits, and the
-//! short transaction that inserts one event with a deadline. It never lets a plugin choose a
-//! child's dispatch key or its causation headers, and never inserts before the policy allowed it.
+//! Owns the grant checks (policy target: the child's event type; for a child in another tenant
+//! than its parent, also `publish-tenant` with that tenant as target), the per-delivery budget of
+//! publish calls, deterministic child dispatch keys (so a redelivery does not duplicate
+//! children), the headers a child inherits, and the short transaction that inserts one event with
+//! a deadline. It never lets a plugin choose a child's dispatch key or its causation headers,
+//! never puts a child into another tenant than its parent's unless the policy allowed that
+//! tenant, never lets one delivery publish more than [`MAX_PUBLISH_CALLS_PER_DELIVERY`] times,
+//! and never inserts before the policy allowed it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,10 +17,22 @@ use sha2::{Digest, Sha256};
 use super::{clip, DeliveryScope};
 use crate::plugin::bindings::handler_world::outbox::plugin::publish as wit_publish;
 use crate::plugin::bindings::{HostCallError, WitEvent};
-use crate::publish::{publish_as, validate_as, NewEvent, Publisher, MAX_KEY_BYTES};
+use crate::publish::{
+    publish_as, validate_as, validate_event_type, NewEvent, Publisher, MAX_KEY_BYTES,
+};
 
 /// The capability name the policy is asked about.
 pub const CAPABILITY: &str = "publish";
+
+/// The capability the policy is asked about when a child goes to another tenant than its
+/// parent's (target: that tenant).
+pub const TENANT_CAPABILITY: &str = "publish-tenant";
+
+/// Publish calls one delivery may make (each call counts, whatever its outcome).
+pub const MAX_PUBLISH_CALLS_PER_DELIVERY: u32 = 1000;
+
+/// Longest tenant id a handler may give a child, bytes.
+pub const MAX_TENANT_BYTES: usize = 255;
 
 /// Deadline of one outbox insert issued for a plugin.
 const DB_DEADLINE: Duration = Duration::from_secs(10);
@@ -79,8 +95,16 @@ impl Children {
     ) -> Result<i64, HostCallError> {
         // Index every call, whatever its outcome, so call i of a redelivery gets key i again.
         let index = self.next_index;
-        self.next_index += 1;
+        self.next_index = self.next_index.saturating_add(1);
+        check_budget(index).map_err(HostCallError::Failed)?;
+        validate_event_type(&event.event_type).map_err(|e| HostCallError::Failed(e.to_string()))?;
+        let parent = &scope.parent;
+        let tenant = child_tenant(parent.tenant_id.as_deref(), event.tenant_id.as_deref())
+            .map_err(HostCallError::Failed)?;
         scope.authorize(CAPABILITY, &event.event_type)?;
+        if let TenantCheck::Other(other) = &tenant {
+            scope.authorize(TENANT_CAPABILITY, other)?;
+        }
         let payload: serde_json::Value = serde_json::from_str(&event.payload).map_err(|e| {
             HostCallError::Failed(format!(
                 "payload of {} is not valid JSON: {e}",
@@ -99,7 +123,6 @@ impl Children {
                 }
             },
         };
-        let parent = &scope.parent;
         let mut child = NewEvent::new(event.event_type, payload)
             .with_dispatch_key(child_dispatch_key(parent.id, &scope.handler, index))
             .with_headers(child_headers(parent, &scope.handler, extra));
@@ -111,6 +134,48 @@ impl Children {
             ids.push(id);
         }
         Ok(id)
+    }
+}
+
+/// Refuse the call once a delivery has made [`MAX_PUBLISH_CALLS_PER_DELIVERY`] publish calls
+/// (`index` is the 0-based number of this call).
+pub(crate) fn check_budget(index: u32) -> Result<(), String> {
+    if index < MAX_PUBLISH_CALLS_PER_DELIVERY {
+        return Ok(());
+    }
+    Err(format!(
+        "publish: a delivery may publish at most {MAX_PUBLISH_CALLS_PER_DELIVERY} events (publish calls per handler call), and this handler call reached it"
+    ))
+}
+
+/// Which tenant a child goes to, as far as the policy is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TenantCheck {
+    /// The parent's tenant (or none, like the parent): the `publish` grant is enough.
+    Parent,
+    /// Another tenant: the policy must also allow `publish-tenant` for it.
+    Other(String),
+}
+
+/// The tenant check of a child that asks for `requested` (`None`: the parent's) under a parent
+/// in tenant `parent`; `Err` for a tenant id that is empty or over [`MAX_TENANT_BYTES`].
+pub(crate) fn child_tenant(
+    parent: Option<&str>,
+    requested: Option<&str>,
+) -> Result<TenantCheck, String> {
+    let Some(requested) = requested else {
+        return Ok(TenantCheck::Parent);
+    };
+    if requested.is_empty() || requested.len() > MAX_TENANT_BYTES {
+        return Err(format!(
+            "publish: tenant ids are 1 to {MAX_TENANT_BYTES} bytes, got {}",
+            requested.len()
+        ));
+    }
+    if Some(requested) == parent {
+        Ok(TenantCheck::Parent)
+    } else {
+        Ok(TenantCheck::Other(requested.to_string()))
     }
 }
 
@@ -209,6 +274,35 @@ mod tests {
         let spaced = denial_dispatch_key(42, "h", "kv", "a key\n");
         assert!(spaced.starts_with("denied:42:h:kv:sha256:"), "{spaced}");
         assert!(spaced.bytes().all(|b| b.is_ascii_graphic()), "{spaced}");
+    }
+
+    #[test]
+    fn children_stay_in_the_parents_tenant_unless_checked() {
+        assert_eq!(child_tenant(Some("acme"), None), Ok(TenantCheck::Parent));
+        assert_eq!(
+            child_tenant(Some("acme"), Some("acme")),
+            Ok(TenantCheck::Parent)
+        );
+        assert_eq!(child_tenant(None, None), Ok(TenantCheck::Parent));
+        assert_eq!(
+            child_tenant(Some("acme"), Some("globex")),
+            Ok(TenantCheck::Other("globex".into()))
+        );
+        assert_eq!(
+            child_tenant(None, Some("acme")),
+            Ok(TenantCheck::Other("acme".into()))
+        );
+        assert!(child_tenant(Some("acme"), Some("")).is_err());
+        assert!(child_tenant(None, Some(&"t".repeat(MAX_TENANT_BYTES + 1))).is_err());
+    }
+
+    #[test]
+    fn the_publish_budget_ends_at_the_limit() {
+        assert!(check_budget(0).is_ok());
+        assert!(check_budget(MAX_PUBLISH_CALLS_PER_DELIVERY - 1).is_ok());
+        let err = check_budget(MAX_PUBLISH_CALLS_PER_DELIVERY).unwrap_err();
+        assert!(err.contains("at most 1000 events"), "{err}");
+        assert!(check_budget(u32::MAX).is_err());
     }
 
     #[test]

@@ -150,16 +150,27 @@ pub struct Grants {
     /// Event type prefixes the plugin may publish.
     #[serde(default)]
     pub publish: Vec<String>,
+    /// Tenants the plugin may publish into besides its event's own (`"*"`: any). Without one,
+    /// a handler's children stay in the tenant of the event it handles.
+    #[serde(default)]
+    pub publish_tenants: Vec<String>,
     /// Whether the plugin may use its (namespaced) key-value store.
     #[serde(default)]
     pub kv: bool,
-    /// Hosts (`host` or `host:port`) the plugin may call over HTTP.
+    /// Hosts (`host` or `host:port`) the plugin may call over HTTP. Without a port, only the
+    /// scheme's default port (80, 443). Loopback, link-local, private and other non-public
+    /// addresses are reached only through an entry naming that IP (`"127.0.0.1:8080"`), whether
+    /// the URL names the IP or a name resolving to it.
     #[serde(default)]
     pub http: Vec<String>,
     /// Name of an environment variable holding an HMAC-SHA256 secret: when set, the host signs
     /// this plugin's outbound HTTP requests (the plugin never sees the secret).
     #[serde(default)]
     pub http_signing_secret_env: Option<String>,
+    /// Whether the host may sign requests over plain `http://` (off: signed requests go over
+    /// `https://` only, so the signature and body are not readable on the way).
+    #[serde(default)]
+    pub http_signing_allow_plain_http: bool,
 }
 
 /// `[plugins.NAME]`: one WebAssembly plugin, its limits, config and grants.

@@ -1,4 +1,9 @@
-//! Outbound HTTP, only to hosts granted to the plugin in `routes.toml`.
+//! Outbound HTTP, only to hosts and ports granted to the plugin in `routes.toml` (an entry
+//! without a port allows the scheme's default port only). The host resolves names itself and
+//! refuses loopback, link-local, private and other non-public addresses unless the grants name
+//! that IP; it follows no redirects, caps responses at 1 MiB and, when the grants name a signing
+//! secret, signs method, host, path and query, timestamp and body (see the README, "Signed
+//! requests"), over `https://` only unless the grants allow plain http.
 //!
 //! ```no_run
 //! use outbox_plugin_sdk::handler::http::{self, Request};

@@ -4,17 +4,23 @@
 //! Grants (per calling plugin, JSON; every field optional):
 //!
 //! ```json
-//! { "publish": ["workflow.", "plugin.invoke."], "kv": true, "http": ["api.example.com", "localhost:8080"] }
+//! { "publish": ["workflow.", "plugin.invoke."], "publish_tenants": ["acme"], "kv": true,
+//!   "http": ["api.example.com", "hooks.example.com:8443"] }
 //! ```
 //!
 //! Rules:
 //! - `log` is always allowed;
 //! - `publish` is allowed when the event type (the target) starts with one of the `publish`
 //!   prefixes;
+//! - `publish-tenant` (asked by the host only when a handler publishes into another tenant than
+//!   its event's; the target is that tenant) is allowed when `publish_tenants` lists the tenant
+//!   or `"*"`;
 //! - `kv` is allowed when `kv` is `true`;
-//! - `http` is allowed when the target (`host` or `host:port`) equals a granted entry, or a
-//!   granted entry without a port equals the target's host (host names compare
-//!   case-insensitively);
+//! - `http` is allowed when the target (`host`, or `host:port` for a port that is not the
+//!   scheme's default) equals a granted entry (host names compare case-insensitively); an entry
+//!   without a port allows only the default ports, and an entry with port 80 or 443 also matches
+//!   the bare host (the host then checks the port against the URL's scheme, and refuses
+//!   non-public addresses the grants do not name as IPs);
 //! - anything else (unknown capability, unreadable grants) is denied.
 //!
 //! Every denial says which plugin, what it tried and what it was granted, e.g.
@@ -42,6 +48,9 @@ struct Grants {
     /// Event type prefixes the plugin may publish.
     #[serde(default)]
     publish: Vec<String>,
+    /// Tenants the plugin may publish into besides its event's own (`*`: any).
+    #[serde(default)]
+    publish_tenants: Vec<String>,
     /// Whether the plugin may use the key-value store.
     #[serde(default)]
     kv: bool,
@@ -68,13 +77,18 @@ fn split_host_port(target: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// Whether a granted `host` / `host:port` entry allows calling `target`.
+/// Whether a granted `host` / `host:port` entry allows calling `target`: the same host and
+/// port; a target without a port is on the scheme's default port, which an entry without a port
+/// or with port 80 or 443 names.
 fn http_grant_allows(grant: &str, target: &str) -> bool {
     if grant.eq_ignore_ascii_case(target) {
         return true;
     }
     let (grant_host, grant_port) = split_host_port(grant);
-    grant_port.is_none() && grant_host.eq_ignore_ascii_case(split_host_port(target).0)
+    let (target_host, target_port) = split_host_port(target);
+    grant_host.eq_ignore_ascii_case(target_host)
+        && target_port.is_none()
+        && matches!(grant_port, Some("80" | "443"))
 }
 
 /// `a, b, c`, or `none` for an empty list.
@@ -123,6 +137,18 @@ fn decide(config: &PolicyConfig, request: &CapabilityRequest) -> Decision {
             "plugin '{plugin}' may not publish '{target}' (granted prefixes: {})",
             list(&grants.publish)
         )),
+        "publish-tenant"
+            if grants
+                .publish_tenants
+                .iter()
+                .any(|t| t == "*" || t == target) =>
+        {
+            Decision::Allow
+        }
+        "publish-tenant" => Decision::Deny(format!(
+            "plugin '{plugin}' may not publish into tenant '{target}': a handler publishes into its own event's tenant only, unless publish_tenants grants others (granted tenants: {})",
+            list(&grants.publish_tenants)
+        )),
         "kv" if grants.kv => Decision::Allow,
         "kv" => Decision::Deny(format!(
             "plugin '{plugin}' may not use kv (key '{target}'): kv is not granted"
@@ -156,7 +182,7 @@ outbox_plugin_sdk::export_policy!(CapabilityPolicy);
 mod tests {
     use super::*;
 
-    const GRANTS: &str = r#"{"publish": ["workflow.", "plugin.invoke."], "kv": true, "http": ["api.example.com", "localhost:8080"]}"#;
+    const GRANTS: &str = r#"{"publish": ["workflow.", "plugin.invoke."], "publish_tenants": ["acme"], "kv": true, "http": ["api.example.com", "localhost:8080", "secure.example.com:443"]}"#;
 
     fn check(capability: &str, target: &str, grants: &str) -> Decision {
         let request = CapabilityRequest {
@@ -206,10 +232,17 @@ mod tests {
     #[test]
     fn http_matches_host_or_host_and_port() {
         assert_eq!(check("http", "api.example.com", GRANTS), Decision::Allow);
-        assert_eq!(
-            check("http", "API.example.com:443", GRANTS),
-            Decision::Allow
-        );
+        assert_eq!(check("http", "API.example.com", GRANTS), Decision::Allow);
+        // A grant without a port names the default ports only (the target then has no port).
+        assert!(matches!(
+            check("http", "api.example.com:8443", GRANTS),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            check("http", "api.example.com:443", GRANTS),
+            Decision::Deny(_)
+        ));
+        assert_eq!(check("http", "secure.example.com", GRANTS), Decision::Allow);
         assert_eq!(check("http", "localhost:8080", GRANTS), Decision::Allow);
         assert!(matches!(
             check("http", "localhost:9090", GRANTS),
@@ -222,12 +255,36 @@ mod tests {
         assert_eq!(
             check("http", "example.com", GRANTS),
             Decision::Deny(
-                "plugin 'x' may not call http host 'example.com' (granted hosts: api.example.com, localhost:8080)"
+                "plugin 'x' may not call http host 'example.com' (granted hosts: api.example.com, localhost:8080, secure.example.com:443)"
                     .into()
             )
         );
         assert_eq!(
-            check("http", "[::1]:80", r#"{"http": ["[::1]"]}"#),
+            check("http", "[::1]", r#"{"http": ["[::1]"]}"#),
+            Decision::Allow
+        );
+        assert!(matches!(
+            check("http", "[::1]:8080", r#"{"http": ["[::1]"]}"#),
+            Decision::Deny(_)
+        ));
+    }
+
+    #[test]
+    fn other_tenants_need_a_tenant_grant() {
+        assert_eq!(check("publish-tenant", "acme", GRANTS), Decision::Allow);
+        assert_eq!(
+            check("publish-tenant", "globex", GRANTS),
+            Decision::Deny(
+                "plugin 'x' may not publish into tenant 'globex': a handler publishes into its own event's tenant only, unless publish_tenants grants others (granted tenants: acme)"
+                    .into()
+            )
+        );
+        assert!(matches!(
+            check("publish-tenant", "acme", r#"{"publish": ["workflow."]}"#),
+            Decision::Deny(_)
+        ));
+        assert_eq!(
+            check("publish-tenant", "anyone", r#"{"publish_tenants": ["*"]}"#),
             Decision::Allow
         );
     }

@@ -1,0 +1,717 @@
+//! Capabilities under attack: what a hostile handler (`test/capability-probe`, which makes the
+//! host calls its event lists) gets from the host. Everything it hands over is bounded, the
+//! policy cache and the audit trail do not grow with the number of distinct targets it asks
+//! about, its children stay in its event's tenant, and its HTTP egress reaches only the
+//! addresses and ports its grants name, signed over what matters.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Uri};
+use outbox_host::capability::policy::{
+    CapabilityPolicy, MAX_CACHED_DECISIONS, MAX_DECISION_CACHE_BYTES, MAX_POLICY_TARGET_BYTES,
+};
+use outbox_host::capability::signing::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use outbox_host::live_config::LiveConfig;
+use outbox_host::receive::{HandledAs, QueueEntry, Receivers};
+use outbox_host::NewEvent;
+use outbox_tests::{PluginFixture, TestEnv};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const PLUGINS: &[&str] = &[
+    "capability-policy",
+    "test/capability-probe",
+    "test/allow-all-policy",
+];
+
+/// A routes file with `policy` deciding, and one probe handler per `(name, grants)`, each
+/// consuming queue `outbox.<name>`.
+fn routes(policy: &str, probes: &[(&str, &str)]) -> String {
+    let mut text = format!(
+        r#"
+[router]
+plugin = "native"
+
+[policy]
+plugin = "{policy}"
+
+[plugins.capability-policy]
+[plugins.allow-all-policy]
+"#
+    );
+    let mut routes = String::from("\n[routes]\n");
+    let mut handlers = String::from("\n[handlers]\n");
+    for (name, grants) in probes {
+        routes.push_str(&format!("\"{name}.\" = \"outbox.{name}\"\n"));
+        handlers.push_str(&format!("\"outbox.{name}\" = \"{name}\"\n"));
+        text.push_str(&format!(
+            "\n[plugins.{name}]\nfile = \"capability-probe.wasm\"\ntimeout_ms = 60000\nfuel = 50_000_000_000\ngrants = {{ {grants} }}\n"
+        ));
+    }
+    format!("{text}{routes}{handlers}")
+}
+
+/// A running configuration and receivers that are not consuming (the test hands them entries).
+struct Probe {
+    env: TestEnv,
+    live: LiveConfig,
+    receivers: Receivers,
+    _fixture: PluginFixture,
+}
+
+impl Probe {
+    async fn start(pool: PgPool, routes_toml: &str) -> Self {
+        let mut env = TestEnv::new(pool).await;
+        env.settings.receiver_lease = Duration::from_secs(300);
+        let fixture = PluginFixture::new(PLUGINS, routes_toml);
+        let config = fixture.config(&env.settings);
+        let live = LiveConfig::start(&config).await.unwrap();
+        let receivers = Receivers::new(
+            env.pool.clone(),
+            live.clone(),
+            Arc::new(config.settings.clone()),
+            "probe-consumer",
+        )
+        .await
+        .unwrap();
+        Self {
+            env,
+            live,
+            receivers,
+            _fixture: fixture,
+        }
+    }
+
+    /// Publish a `<probe>.run` event (in `tenant`) carrying `steps`, and hand it to the probe
+    /// handler `probe` as its queue would. Returns what became of it and the event id.
+    async fn run(&self, probe: &str, tenant: Option<&str>, steps: Value) -> (HandledAs, i64) {
+        let mut event = NewEvent::new(format!("{probe}.run"), json!({ "steps": steps }));
+        event.tenant_id = tenant.map(str::to_string);
+        let payload = event.payload.to_string();
+        let id = self.env.publish_all(vec![event]).await[0];
+        let entry = QueueEntry::from_flat(
+            "0-1",
+            &[
+                "event_id".into(),
+                id.to_string(),
+                "event_type".into(),
+                format!("{probe}.run"),
+                "tenant_id".into(),
+                tenant.unwrap_or_default().to_string(),
+                "payload".into(),
+                payload,
+                "headers".into(),
+                "{}".into(),
+            ],
+        );
+        let handled = self
+            .receivers
+            .handle_entry(&format!("outbox.{probe}"), entry)
+            .await;
+        (handled, id)
+    }
+
+    async fn denial_events(&self) -> Vec<Value> {
+        sqlx::query_scalar(
+            "SELECT payload FROM outbox_event WHERE event_type = 'plugin.capability-use.denied' ORDER BY id",
+        )
+        .fetch_all(&self.env.pool)
+        .await
+        .unwrap()
+    }
+
+    async fn stop(self) {
+        self.env.cleanup().await;
+    }
+}
+
+// ---- item 3: what a guest hands over is bounded ----
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_kv_keys_per_plugin_stop_at_the_quota_with_a_clear_error(pool: PgPool) {
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[("kvfill", "kv = true"), ("kvother", "kv = true")],
+        ),
+    )
+    .await;
+    let (handled, _) = probe
+        .run(
+            "kvfill",
+            None,
+            json!([
+                { "op": "kv-set", "key": "q-{i}", "value_bytes": 16, "repeat": 1001,
+                  "expect": { "ok": 1000, "failed": 1, "error_contains": "kv quota of 1000 keys reached" } },
+                // Overwriting a key it holds still works at the quota.
+                { "op": "kv-set", "key": "q-7", "expect": { "ok": 1 } },
+                // Deleting one frees a slot, for one new key only.
+                { "op": "kv-delete", "key": "q-0", "expect": { "ok": 1 } },
+                { "op": "kv-set", "key": "fresh", "expect": { "ok": 1 } },
+                { "op": "kv-set", "key": "one-too-many", "expect": { "failed": 1, "error_contains": "kv quota" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let mut conn = probe.env.redis.clone();
+    let keys: Vec<String> =
+        redis::AsyncCommands::keys(&mut conn, format!("{}outbox:kv:kvfill:*", probe.env.prefix))
+            .await
+            .unwrap();
+    assert_eq!(keys.len(), 1000, "the namespace holds exactly the quota");
+    // Ten slots freed (q-0 is gone already), taken again by keys that expire.
+    let (handled, _) = probe
+        .run(
+            "kvfill",
+            None,
+            json!([
+                { "op": "kv-delete", "key": "q-{i}", "repeat": 11, "expect": { "ok": 11 } },
+                { "op": "kv-set", "key": "short-{i}", "ttl": 3, "repeat": 10, "expect": { "ok": 10 } },
+                { "op": "kv-set", "key": "one-too-many", "expect": { "failed": 1, "error_contains": "kv quota" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    // Keys that expired do not count.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let (handled, _) = probe
+        .run(
+            "kvfill",
+            None,
+            json!([
+                { "op": "kv-set", "key": "after-expiry-{i}", "repeat": 11,
+                  "expect": { "ok": 10, "failed": 1, "error_contains": "kv quota of 1000 keys reached" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok, "expired keys freed their slots");
+    // The quota is per plugin: another plugin is not affected.
+    let (handled, _) = probe
+        .run(
+            "kvother",
+            None,
+            json!([{ "op": "kv-set", "key": "mine", "expect": { "ok": 1 } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    probe.stop().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_publish_calls_per_delivery_stop_at_the_budget(pool: PgPool) {
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[("fanout", "publish = [\"fanout.\"]")],
+        ),
+    )
+    .await;
+    let (handled, parent) = probe
+        .run(
+            "fanout",
+            None,
+            json!([
+                { "op": "publish", "event_type": "fanout.child", "repeat": 1005,
+                  "expect": { "ok": 1000, "failed": 5, "error_contains": "a delivery may publish at most 1000 events" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let children: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_event WHERE event_type = 'fanout.child' AND (headers->>'parent_event_id')::bigint = $1",
+    )
+    .bind(parent)
+    .fetch_one(&probe.env.pool)
+    .await
+    .unwrap();
+    assert_eq!(children, 1000);
+    probe.stop().await;
+}
+
+/// A local server answering `/small` (16 bytes), `/big` (2 MiB with a length) and `/stream`
+/// (2 MiB in chunks, no length). Returns its port and the paths it was asked for.
+async fn response_server() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |uri: Uri| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push(uri.path().to_string());
+            match uri.path() {
+                "/big" => Body::from(vec![b'x'; 2 << 20]),
+                "/stream" => {
+                    let chunks =
+                        (0..64).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'y'; 32 << 10])));
+                    Body::from_stream(futures::stream::iter(chunks))
+                }
+                _ => Body::from("sixteen bytes.."),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, seen)
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_http_response_bodies_over_the_cap_are_refused(pool: PgPool) {
+    let (port, _) = response_server().await;
+    let grants = format!("http = [\"127.0.0.1:{port}\"]");
+    let probe = Probe::start(pool, &routes("capability-policy", &[("fetch", &grants)])).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let (handled, _) = probe
+        .run(
+            "fetch",
+            None,
+            json!([
+                { "op": "http", "url": format!("{base}/small"), "expect": { "ok": 1, "status": 200 } },
+                { "op": "http", "url": format!("{base}/big"),
+                  "expect": { "failed": 1, "error_contains": "over the limit of 1048576 bytes" } },
+                { "op": "http", "url": format!("{base}/stream"),
+                  "expect": { "failed": 1, "error_contains": "over the limit of 1048576 bytes" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    probe.stop().await;
+}
+
+// ---- item 4: the policy cache and the denial trail are bounded ----
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_denied_target_flood_keeps_the_policy_cache_within_its_byte_bound(pool: PgPool) {
+    let probe = Probe::start(pool, &routes("capability-policy", &[("nogrants", "")])).await;
+    let registry = probe.live.registry.clone();
+    let policy_calls = |registry: &outbox_host::plugin::PluginRegistry| {
+        registry
+            .list()
+            .into_iter()
+            .find(|p| p.name == "capability-policy")
+            .map_or(0, |p| p.calls)
+    };
+    let (stats, peak, denied, calls_before, calls_after) = tokio::task::spawn_blocking(move || {
+        let policy = CapabilityPolicy::with_plugin(registry.clone(), "capability-policy");
+        let plugin = registry.get("nogrants").unwrap();
+        let mut peak = policy.cache_stats();
+        let mut denied = 0;
+        for i in 0..10_000 {
+            let target = format!("flood-{i}-{}", "x".repeat(200));
+            if policy.check(&plugin, "kv", &target).is_err() {
+                denied += 1;
+            }
+            let now = policy.cache_stats();
+            if now.bytes > peak.bytes {
+                peak = now;
+            }
+        }
+        // An over-long target is refused before the policy plugin runs.
+        let calls_before = policy_calls(&registry);
+        let err = policy
+            .check(&plugin, "kv", &"k".repeat(MAX_POLICY_TARGET_BYTES + 1))
+            .unwrap_err();
+        assert!(err.contains("over the limit"), "{err}");
+        (
+            policy.cache_stats(),
+            peak,
+            denied,
+            calls_before,
+            policy_calls(&registry),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(denied, 10_000);
+    assert!(
+        peak.bytes <= MAX_DECISION_CACHE_BYTES && peak.entries <= MAX_CACHED_DECISIONS,
+        "peak {peak:?}"
+    );
+    assert!(stats.entries > 0, "decisions are still cached: {stats:?}");
+    assert_eq!(
+        calls_after, calls_before,
+        "the policy never saw the long target"
+    );
+    eprintln!("10000 distinct denied targets: cache peak {peak:?}, now {stats:?}");
+    probe.stop().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_denial_flood_publishes_a_bounded_number_of_denial_events(pool: PgPool) {
+    let probe = Probe::start(pool, &routes("capability-policy", &[("flooder", "")])).await;
+    let (handled, _) = probe
+        .run(
+            "flooder",
+            None,
+            json!([
+                { "op": "kv-get", "key": "flood-{i}", "repeat": 3000, "expect": { "denied": 3000 } },
+                { "op": "http", "url": "https://example.invalid/{i}", "repeat": 50, "expect": { "denied": 50 } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let first = probe.denial_events().await;
+    let per = |capability: &str| {
+        first
+            .iter()
+            .filter(|e| e["capability"] == capability)
+            .count()
+    };
+    // One per plugin and capability per 60 s window; the bound allows a very slow machine to
+    // open a second window.
+    assert!(per("kv") >= 1 && per("kv") <= 2, "{first:?}");
+    assert!(per("http") >= 1 && per("http") <= 2, "{first:?}");
+    assert_eq!(first[0]["target"], "flood-0");
+    // A second delivery's denials are counted into the next event instead of writing more.
+    let (handled, _) = probe
+        .run(
+            "flooder",
+            None,
+            json!([{ "op": "kv-get", "key": "again-{i}", "repeat": 500, "expect": { "denied": 500 } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let after = probe.denial_events().await;
+    assert!(after.len() <= first.len() + 1, "{} events", after.len());
+    eprintln!("3550 + 500 denials published {} denial events", after.len());
+    probe.stop().await;
+}
+
+// ---- item 9: children stay in their parent's tenant ----
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_handler_publishes_into_another_tenant_only_when_granted(pool: PgPool) {
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[
+                ("tenanted", "publish = [\"tenanted.\"]"),
+                (
+                    "crosser",
+                    "publish = [\"crosser.\"], publish_tenants = [\"globex\"]",
+                ),
+            ],
+        ),
+    )
+    .await;
+    let (handled, _) = probe
+        .run(
+            "tenanted",
+            Some("acme"),
+            json!([
+                { "op": "publish", "event_type": "tenanted.same", "expect": { "ok": 1 } },
+                { "op": "publish", "event_type": "tenanted.explicit-same", "tenant": "acme", "expect": { "ok": 1 } },
+                { "op": "publish", "event_type": "tenanted.other", "tenant": "globex",
+                  "expect": { "denied": 1, "error_contains": "may not publish into tenant 'globex'" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let (handled, _) = probe
+        .run(
+            "crosser",
+            Some("acme"),
+            json!([
+                { "op": "publish", "event_type": "crosser.granted", "tenant": "globex", "expect": { "ok": 1 } },
+                { "op": "publish", "event_type": "crosser.ungranted", "tenant": "initech",
+                  "expect": { "denied": 1, "error_contains": "granted tenants: globex" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    // A parent without a tenant does not let a child pick one.
+    let (handled, _) = probe
+        .run(
+            "tenanted",
+            None,
+            json!([{ "op": "publish", "event_type": "tenanted.claim", "tenant": "acme", "expect": { "denied": 1 } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT event_type, tenant_id FROM outbox_event WHERE event_type NOT LIKE '%.run' AND event_type <> 'plugin.capability-use.denied' ORDER BY id",
+    )
+    .fetch_all(&probe.env.pool)
+    .await
+    .unwrap();
+    let rows: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|(t, tenant)| (t.as_str(), tenant.as_deref()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("tenanted.same", Some("acme")),
+            ("tenanted.explicit-same", Some("acme")),
+            ("crosser.granted", Some("globex")),
+        ]
+    );
+    let denials = probe.denial_events().await;
+    assert!(
+        denials
+            .iter()
+            .any(|d| d["capability"] == "publish-tenant" && d["target"] == "globex"),
+        "the policy saw the tenant: {denials:?}"
+    );
+    probe.stop().await;
+}
+
+// ---- item 10: HTTP egress ----
+
+/// What a local server saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path_and_query: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// A local server on 127.0.0.1 recording every request; answers 200.
+async fn recording_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(
+        move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push(Seen {
+                    method: method.to_string(),
+                    path_and_query: uri
+                        .path_and_query()
+                        .map(|p| p.to_string())
+                        .unwrap_or_default(),
+                    headers,
+                    body,
+                });
+                "ok"
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, seen)
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_http_to_a_name_resolving_to_loopback_needs_an_ip_grant(pool: PgPool) {
+    let (port, seen) = recording_server().await;
+    let by_name = format!("http = [\"localhost:{port}\"]");
+    let with_ip = format!("http = [\"localhost:{port}\", \"127.0.0.1\", \"[::1]\"]");
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[("byname", &by_name), ("withip", &with_ip)],
+        ),
+    )
+    .await;
+    let url = format!("http://localhost:{port}/hook");
+    let (handled, _) = probe
+        .run(
+            "byname",
+            None,
+            json!([{ "op": "http", "url": url,
+                     "expect": { "failed": 1, "error_contains": "a loopback (127.0.0.0/8) address" } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing reached the server"
+    );
+    let (handled, _) = probe
+        .run(
+            "withip",
+            None,
+            json!([{ "op": "http", "url": url, "expect": { "ok": 1, "status": 200 } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok, "an IP grant lets the name through");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    probe.stop().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_http_internal_addresses_and_ungranted_ports_are_refused_whatever_the_policy(
+    pool: PgPool,
+) {
+    let (port, seen) = recording_server().await;
+    let (other_port, other_seen) = recording_server().await;
+    let grants = format!("http = [\"127.0.0.1:{port}\"]");
+    // The careless policy allows everything: the host's own egress rules still hold.
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "allow-all-policy",
+            &[("careless", &grants), ("ungranted", "")],
+        ),
+    )
+    .await;
+    let (handled, _) = probe
+        .run(
+            "careless",
+            None,
+            json!([
+                { "op": "http", "url": "http://169.254.169.254/latest/meta-data/",
+                  "expect": { "failed": 1, "error_contains": "link-local" } },
+                { "op": "http", "url": "http://[::ffff:169.254.169.254]/latest/meta-data/",
+                  "expect": { "failed": 1, "error_contains": "link-local" } },
+                { "op": "http", "url": "http://2852039166/latest/meta-data/",
+                  "expect": { "failed": 1, "error_contains": "link-local" } },
+                { "op": "http", "url": format!("http://127.0.0.1:{other_port}/"),
+                  "expect": { "failed": 1, "error_contains": format!("port {other_port} of 127.0.0.1:{other_port} is not granted") } },
+                { "op": "http", "url": format!("http://127.0.0.1:{port}/fine"), "expect": { "ok": 1, "status": 200 } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let (handled, _) = probe
+        .run(
+            "ungranted",
+            None,
+            json!([
+                { "op": "http", "url": format!("http://127.0.0.1:{port}/"),
+                  "expect": { "failed": 1, "error_contains": "not granted" } },
+                { "op": "http", "url": "http://127.0.0.1/",
+                  "expect": { "failed": 1, "error_contains": "loopback" } },
+                { "op": "http", "url": "http://10.0.0.1/",
+                  "expect": { "failed": 1, "error_contains": "private" } },
+                { "op": "http", "url": "http://[::1]/",
+                  "expect": { "failed": 1, "error_contains": "loopback" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "only the granted call arrived"
+    );
+    assert!(other_seen.lock().unwrap().is_empty());
+    probe.stop().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_http_grant_without_a_port_allows_only_the_default_port(pool: PgPool) {
+    let (port, seen) = recording_server().await;
+    let probe = Probe::start(
+        pool,
+        &routes("capability-policy", &[("noport", "http = [\"127.0.0.1\"]")]),
+    )
+    .await;
+    let (handled, _) = probe
+        .run(
+            "noport",
+            None,
+            json!([{ "op": "http", "url": format!("http://127.0.0.1:{port}/"),
+                     "expect": { "denied": 1, "error_contains": format!("127.0.0.1:{port}") } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    assert!(seen.lock().unwrap().is_empty());
+    probe.stop().await;
+}
+
+/// HMAC-SHA256 over the documented signing string, computed here without the host's code.
+fn expected_signature(
+    secret: &str,
+    ts: &str,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: &[u8],
+) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{ts}\n{method}\n{host}\n{path}\n").as_bytes());
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_http_signature_covers_method_host_path_and_body(pool: PgPool) {
+    const SECRET: &str = "capability-test-secret";
+    std::env::set_var("OUTBOX_TEST_CAPABILITY_SECRET", SECRET);
+    let (port, seen) = recording_server().await;
+    let signed = format!(
+        "http = [\"127.0.0.1:{port}\"], http_signing_secret_env = \"OUTBOX_TEST_CAPABILITY_SECRET\", http_signing_allow_plain_http = true"
+    );
+    let plain = format!(
+        "http = [\"127.0.0.1:{port}\"], http_signing_secret_env = \"OUTBOX_TEST_CAPABILITY_SECRET\""
+    );
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[("signer", &signed), ("plainsigner", &plain)],
+        ),
+    )
+    .await;
+    // Without the grant, the host refuses to sign over plain http: nothing is sent.
+    let (handled, _) = probe
+        .run(
+            "plainsigner",
+            None,
+            json!([{ "op": "http", "method": "POST", "url": format!("http://127.0.0.1:{port}/pay?amount=10"),
+                     "body": "{\"to\":\"alice\"}",
+                     "expect": { "failed": 1, "error_contains": "does not sign over plain http" } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the unsigned request was not sent either"
+    );
+    let (handled, _) = probe
+        .run(
+            "signer",
+            None,
+            json!([{ "op": "http", "method": "POST", "url": format!("http://127.0.0.1:{port}/pay?amount=10"),
+                     "body": "{\"to\":\"alice\"}", "expect": { "ok": 1, "status": 200 } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let got = seen.lock().unwrap().remove(0);
+    let header = |name: &str| got.headers.get(name).unwrap().to_str().unwrap().to_string();
+    let ts = header(TIMESTAMP_HEADER);
+    let host = header("host");
+    assert_eq!(host, format!("127.0.0.1:{port}"));
+    assert_eq!(
+        (got.method.as_str(), got.path_and_query.as_str()),
+        ("POST", "/pay?amount=10")
+    );
+    let expected = expected_signature(SECRET, &ts, "POST", &host, "/pay?amount=10", &got.body);
+    assert_eq!(header(SIGNATURE_HEADER), expected);
+    // The same signature does not cover another method, path, host or body.
+    for (method, host, path, body) in [
+        ("PUT", host.as_str(), "/pay?amount=10", &got.body[..]),
+        ("POST", host.as_str(), "/pay?amount=1000", &got.body[..]),
+        ("POST", "evil.example", "/pay?amount=10", &got.body[..]),
+        (
+            "POST",
+            host.as_str(),
+            "/pay?amount=10",
+            b"{\"to\":\"mallory\"}".as_slice(),
+        ),
+    ] {
+        assert_ne!(
+            header(SIGNATURE_HEADER),
+            expected_signature(SECRET, &ts, method, host, path, body)
+        );
+    }
+    // The old scheme (timestamp and body only) is gone.
+    assert_ne!(header(SIGNATURE_HEADER), {
+        use hmac::{Hmac, Mac};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(format!("{ts}.").as_bytes());
+        mac.update(&got.body);
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    });
+    probe.stop().await;
+}
