@@ -7,8 +7,10 @@
 //! retry, dead-letter stream) in `outcomes`; calling the handler plugin in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
 //! `housekeeping`; receipts in PostgreSQL (written in batches after the outcome is safe in
-//! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`. Key names
-//! and entry fields come from [`crate::queue`].
+//! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
+//! these writes through infrastructure blips (a quick retry on a fresh connection, not a
+//! redelivery after the lease) in `blips`. Key names and entry fields come from
+//! [`crate::queue`].
 //! It never acknowledges an entry before its outcome is recorded in Redis, and every state
 //! change of one entry (marker, retry, dead letter, ack) is a single atomic script.
 
@@ -21,9 +23,12 @@ use sqlx::PgPool;
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
 use crate::config::Settings;
+use crate::fault;
 use crate::live_config::LiveConfig;
 use crate::queue::{QueueKeys, CONSUMER_GROUP};
+use crate::reconnect::retry_blips;
 
+mod blips;
 mod consume;
 mod dead_letter;
 mod housekeeping;
@@ -192,11 +197,29 @@ impl Receivers {
                 )
                 .await;
         };
-        match self.claim_entry(&handler, event_id).await {
+        let claimed = retry_blips(
+            "idempotency claim",
+            blips::STAGE,
+            self.blip_deadline(),
+            blips::receive_blip,
+            || self.claim_entry(&handler, event_id),
+        )
+        .await;
+        match claimed {
             Ok(true) => {}
             Ok(false) => {
                 if self.already_done(&handler, event_id).await {
-                    self.ack_duplicate(queue, &entry.stream_id).await;
+                    let acked = retry_blips(
+                        "acknowledge a duplicate",
+                        blips::STAGE,
+                        self.blip_deadline(),
+                        |e: &redis::RedisError| fault::redis_blip(e),
+                        || self.ack_duplicate(queue, &entry.stream_id),
+                    )
+                    .await;
+                    if let Err(e) = acked {
+                        tracing::warn!(%queue, event_id, error = %e, "could not acknowledge a duplicate; it will be delivered again");
+                    }
                     self.record_duplicate(event_id, &handler).await;
                     metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string())
                         .increment(1);
@@ -216,10 +239,16 @@ impl Receivers {
         let duration = started.elapsed();
         let handled = match outcome {
             Ok(()) => {
-                if let Err(e) = self
-                    .finish_ok(queue, &handler, event_id, &entry.stream_id)
-                    .await
-                {
+                // Setting the done marker and acknowledging again is harmless: retried as is.
+                let finished = retry_blips(
+                    "record success",
+                    blips::STAGE,
+                    self.blip_deadline(),
+                    blips::receive_blip,
+                    || self.finish_ok(queue, &handler, event_id, &entry.stream_id),
+                )
+                .await;
+                if let Err(e) = finished {
                     tracing::error!(%queue, event_id, error = %e, "could not record success; the entry will be redelivered");
                 }
                 HandledAs::Ok

@@ -106,14 +106,17 @@ impl Receivers {
         Ok(())
     }
 
-    /// Acknowledge a duplicate delivery without recording anything (errors are ignored: the
-    /// entry is then delivered again and found a duplicate again).
-    pub(super) async fn ack_duplicate(&self, queue: &str, stream_id: &str) {
-        let _: redis::RedisResult<i64> = self
-            .conn
+    /// Acknowledge a duplicate delivery without recording anything (on an error the entry is
+    /// delivered again and found a duplicate again).
+    pub(super) async fn ack_duplicate(
+        &self,
+        queue: &str,
+        stream_id: &str,
+    ) -> redis::RedisResult<i64> {
+        self.conn
             .clone()
             .xack(self.keys.stream(queue), CONSUMER_GROUP, &[stream_id])
-            .await;
+            .await
     }
 
     /// Schedule `entry`'s next delivery after the handler backoff of failed `attempt`.
@@ -130,17 +133,19 @@ impl Receivers {
         let due = chrono::Utc::now().timestamp_millis() + delay.as_millis() as i64;
         let member = entry.retry_fields(attempt, &reason);
         let json = serde_json::to_string(&member).unwrap_or_default();
-        let r: redis::RedisResult<i64> = self
+        let mut invocation = self
             .scripts
             .retry
-            .key(self.keys.handled_marker(handler, event_id))
+            .key(self.keys.handled_marker(handler, event_id));
+        invocation
             .key(self.keys.stream(queue))
             .key(self.keys.retry_set(queue))
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
             .arg(due)
-            .arg(json)
-            .invoke_async(&mut self.conn.clone())
+            .arg(json);
+        let r = self
+            .apply_outcome(queue, &entry.stream_id, "schedule a retry", &invocation)
             .await;
         if let Err(e) = r {
             tracing::error!(%queue, event_id, error = %e, "could not schedule the retry; the entry will be redelivered");
@@ -170,7 +175,9 @@ impl Receivers {
         for field in entry.dead_letter_fields(&reason, handler, queue, &dead_at) {
             invocation.arg(field);
         }
-        let r: redis::RedisResult<i64> = invocation.invoke_async(&mut self.conn.clone()).await;
+        let r = self
+            .apply_outcome(queue, &entry.stream_id, "dead-letter", &invocation)
+            .await;
         if let Err(e) = r {
             tracing::error!(%queue, error = %e, "could not dead-letter the entry; it will be redelivered");
         }

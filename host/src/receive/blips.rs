@@ -1,0 +1,74 @@
+//! Blips: the receivers' writes carried through infrastructure blips.
+//!
+//! Owns retrying an entry's outcome in Redis (the outcome scripts, the idempotency claim, the
+//! duplicate ack) on a fresh connection while a blip ([`crate::fault`]) lasts, bounded well
+//! inside the receiver lease, so a dropped connection while acknowledging costs a moment, not a
+//! redelivery after the lease. Before an outcome script runs again it checks whether the entry is
+//! still pending: if not, the previous try was applied and only its reply was lost, so nothing is
+//! written twice (a dead letter, above all). It never changes the scripts themselves and never
+//! decides an outcome.
+
+use std::time::Instant;
+
+use super::{ctx, ReceiveError, Receivers, CONSUMER_GROUP};
+use crate::fault;
+use crate::reconnect::retry_blips;
+
+/// The `stage` label of the receivers' retries in `outbox_infra_retries_total`.
+pub(super) const STAGE: &str = "receiver_outcome";
+
+/// Classify a receiver error for [`retry_blips`].
+pub(super) fn receive_blip(error: &ReceiveError) -> Option<fault::Blip> {
+    fault::redis_blip(&error.source)
+}
+
+impl Receivers {
+    /// Until when a receiver write may be retried through blips: half the receiver lease from
+    /// now, so the entry is settled before another consumer could reclaim it.
+    pub(super) fn blip_deadline(&self) -> Instant {
+        Instant::now() + self.settings.receiver_lease / 2
+    }
+
+    /// Run an outcome script for `stream_id` on `queue` (`what` names it in logs), retrying
+    /// through blips. A retry first checks the entry is still pending in the consumer group;
+    /// if it is not, the earlier try was applied and this one reports success.
+    pub(super) async fn apply_outcome(
+        &self,
+        queue: &str,
+        stream_id: &str,
+        what: &str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<(), ReceiveError> {
+        let mut tried = false;
+        retry_blips(what, STAGE, self.blip_deadline(), receive_blip, || {
+            let again = std::mem::replace(&mut tried, true);
+            async move {
+                if again && !self.still_pending(queue, stream_id).await? {
+                    return Ok(());
+                }
+                let _: redis::Value = ctx(
+                    invocation.invoke_async(&mut self.conn.clone()).await,
+                    || format!("{what}: {stream_id} on {queue}"),
+                )?;
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// Whether `stream_id` is still pending (delivered, not acknowledged) in `queue`'s group.
+    async fn still_pending(&self, queue: &str, stream_id: &str) -> Result<bool, ReceiveError> {
+        let reply: redis::Value = ctx(
+            redis::cmd("XPENDING")
+                .arg(self.keys.stream(queue))
+                .arg(CONSUMER_GROUP)
+                .arg(stream_id)
+                .arg(stream_id)
+                .arg(1)
+                .query_async(&mut self.conn.clone())
+                .await,
+            || format!("XPENDING {stream_id} on {queue}"),
+        )?;
+        Ok(matches!(reply, redis::Value::Array(ref entries) if !entries.is_empty()))
+    }
+}
