@@ -456,7 +456,11 @@ impl Drop for RedisKiller {
 /// `application_name = 'outbox'`) on the test's own database, and a separate connection
 /// terminates those backends or makes that one database refuse connections.
 pub struct PgKiller {
+    /// On the server's default database (`DATABASE_URL`): a database cannot refuse connections
+    /// while the session altering it is inside it.
     admin: sqlx::PgConnection,
+    /// Inside the test database, opened before any refusal (it outlives one).
+    inside: sqlx::PgConnection,
     url: String,
     database: String,
 }
@@ -466,13 +470,16 @@ impl PgKiller {
     pub async fn new(env: &TestEnv) -> Self {
         use sqlx::Connection;
         let url = env.database_url().await;
-        let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut inside = sqlx::PgConnection::connect(&url).await.unwrap();
         let database: String = sqlx::query_scalar("SELECT current_database()")
-            .fetch_one(&mut admin)
+            .fetch_one(&mut inside)
             .await
             .unwrap();
+        let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        let admin = sqlx::PgConnection::connect(&base).await.unwrap();
         Self {
             admin,
+            inside,
             url,
             database,
         }
@@ -483,29 +490,29 @@ impl PgKiller {
         outbox_host::store::connect(&self.url, 16).await.unwrap()
     }
 
-    /// Terminate every backend of the host on this database (`pg_terminate_backend`, what a
+    /// Terminate every backend of the host on the test database (`pg_terminate_backend`, what a
     /// failover or a proxy restart does); returns how many.
     pub async fn terminate(&mut self) -> i64 {
         sqlx::query_scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE datname = current_database() AND pid <> pg_backend_pid()
-               AND application_name = 'outbox'",
+             WHERE datname = $1 AND application_name = 'outbox'",
         )
+        .bind(&self.database)
         .fetch_one(&mut self.admin)
         .await
         .unwrap()
     }
 
-    /// Events `done` now, read on the killer's own connection (it outlives a refusal).
+    /// Events `done` now, read on the killer's own connection inside the test database.
     pub async fn count_done(&mut self) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
-            .fetch_one(&mut self.admin)
+            .fetch_one(&mut self.inside)
             .await
             .unwrap()
     }
 
-    /// Make this test's database refuse new connections (`ALLOW_CONNECTIONS false`), or accept
-    /// them again.
+    /// Make the test database refuse new connections (`ALLOW_CONNECTIONS false`), or accept
+    /// them again. Only this test's database: the shared server keeps serving.
     pub async fn allow_connections(&mut self, allow: bool) {
         sqlx::query(&format!(
             "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {allow}",

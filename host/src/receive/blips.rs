@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use super::{ctx, ReceiveError, Receivers, CONSUMER_GROUP};
 use crate::fault;
+use crate::queue::marker_running;
 use crate::reconnect::retry_blips;
 
 /// The `stage` label of the receivers' retries in `outbox_infra_retries_total`.
@@ -53,6 +54,61 @@ impl Receivers {
                 Ok(())
             }
         })
+        .await
+    }
+
+    /// The idempotency claim of (`handler`, `event_id`) through blips: like
+    /// [`claim_entry`](Receivers::claim_entry), with a marker value unique to this delivery
+    /// (`running:<consumer>:<nonce>`), so a retry whose first try was applied with only its
+    /// reply lost recognises its own claim instead of taking it for someone else's (which would
+    /// leave the entry to the receiver lease).
+    pub(super) async fn claim_entry_through_blips(
+        &self,
+        handler: &str,
+        event_id: i64,
+    ) -> Result<bool, ReceiveError> {
+        let marker = self.keys.handled_marker(handler, event_id);
+        let value = format!(
+            "{}:{:016x}",
+            marker_running(&self.consumer),
+            rand::random::<u64>()
+        );
+        let lease_ms = self.settings.receiver_lease.as_millis() as u64;
+        let mut tried = false;
+        retry_blips(
+            "idempotency claim",
+            STAGE,
+            self.blip_deadline(),
+            receive_blip,
+            || {
+                let again = std::mem::replace(&mut tried, true);
+                let (marker, value) = (&marker, &value);
+                async move {
+                    let set: Option<String> = ctx(
+                        redis::cmd("SET")
+                            .arg(marker)
+                            .arg(value)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(lease_ms)
+                            .query_async(&mut self.conn.clone())
+                            .await,
+                        || format!("idempotency claim {marker}"),
+                    )?;
+                    if set.is_some() || !again {
+                        return Ok(set.is_some());
+                    }
+                    let holder: Option<String> = ctx(
+                        redis::cmd("GET")
+                            .arg(marker)
+                            .query_async(&mut self.conn.clone())
+                            .await,
+                        || format!("read idempotency claim {marker}"),
+                    )?;
+                    Ok(holder.as_deref() == Some(value.as_str()))
+                }
+            },
+        )
         .await
     }
 

@@ -197,14 +197,7 @@ impl Receivers {
                 )
                 .await;
         };
-        let claimed = retry_blips(
-            "idempotency claim",
-            blips::STAGE,
-            self.blip_deadline(),
-            blips::receive_blip,
-            || self.claim_entry(&handler, event_id),
-        )
-        .await;
+        let claimed = self.claim_entry_through_blips(&handler, event_id).await;
         match claimed {
             Ok(true) => {}
             Ok(false) => {
