@@ -13,11 +13,9 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use outbox_host::config::Settings;
 use outbox_host::dispatch::Dispatcher;
-use outbox_host::live_config::LiveConfig;
-use outbox_host::receive::Receivers;
 use outbox_host::routing::RouterHandle;
 use outbox_host::sink::{Enqueue, EnqueueResult, RedisSink, Sink, SinkError};
-use outbox_tests::{infra_retries, PgKiller, PluginFixture, RedisKiller, TestEnv};
+use outbox_tests::{infra_retries, PgKiller, RedisKiller, TestEnv};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -32,8 +30,6 @@ fn default_lease_and_backoff(env: &mut TestEnv) {
     env.settings.backoff = defaults.backoff;
     env.settings.max_retries = defaults.max_retries;
     env.settings.dispatch_interval = defaults.dispatch_interval;
-    env.settings.receiver_lease = defaults.receiver_lease;
-    env.settings.handler_backoff = defaults.handler_backoff;
     assert_eq!(env.settings.claim_lease, Duration::from_secs(300));
     assert_eq!(env.settings.backoff[0], Duration::from_secs(60));
 }
@@ -342,114 +338,5 @@ async fn a_pipeline_cut_halfway_records_written_entries_done_and_retries_the_res
         "the retried half was answered from the markers, not written again"
     );
     one_attempt_each_and_once_in(&env, "outbox.mail", 40).await;
-    env.cleanup().await;
-}
-
-const RECEIVER_ROUTES: &str = r#"
-[routes]
-"blip." = "outbox.blip"
-
-[router]
-plugin = "native"
-
-[handlers]
-"outbox.blip" = "echo-handler"
-
-[queue_groups]
-general = ["outbox.blip"]
-
-[plugins.capability-policy]
-
-[plugins.echo-handler]
-"#;
-
-#[sqlx::test(migrations = "../migrations")]
-async fn receivers_acknowledge_through_killed_redis_connections_without_waiting_for_the_lease(
-    pool: PgPool,
-) {
-    let mut env = TestEnv::new(pool).await;
-    default_lease_and_backoff(&mut env);
-    assert_eq!(env.settings.receiver_lease, Duration::from_secs(60));
-    let redis = RedisKiller::new().await;
-    env.settings.redis_url = redis.url();
-    let fixture = PluginFixture::new(&["capability-policy", "test/echo-handler"], RECEIVER_ROUTES);
-    let config = fixture.config(&env.settings);
-    let live = LiveConfig::start(&config).await.unwrap();
-    let settings = Arc::new(config.settings.clone());
-    let (shutdown, dispatcher) = run_dispatcher_routed_by(
-        &env,
-        env.pool.clone(),
-        env.sink().await,
-        live.router.clone(),
-        "recv-cut",
-    );
-    let receivers = Receivers::new(env.pool.clone(), live.clone(), settings, "c1")
-        .await
-        .unwrap();
-    let consumer = tokio::spawn(receivers.consume("outbox.blip".into(), shutdown.clone()));
-    let outcomes_before = infra_retries("redis", "receiver_outcome");
-
-    let (mut total, mut kills) = (0, 0);
-    while kills < 60
-        && (kills < 15 || infra_retries("redis", "receiver_outcome") <= outcomes_before)
-    {
-        env.insert_many("blip.received", 100).await;
-        total += 100;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        redis.kill().await;
-        kills += 1;
-    }
-    let last_fault = Instant::now();
-    let handled: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_receipt")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert!(
-        infra_retries("redis", "receiver_outcome") > outcomes_before,
-        "no kill hit a receiver's outcome in {kills} kills ({handled} of {total} handled meanwhile)"
-    );
-
-    let deadline = last_fault + SETTLED_WITHIN;
-    loop {
-        let (ok, first_try): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE attempts = 1) FROM outbox_receipt WHERE result = 'ok'",
-        )
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-        if ok == total {
-            assert_eq!(
-                first_try, total,
-                "every entry handled on its first delivery"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{ok} of {total} entries handled {SETTLED_WITHIN:?} after the last kill (receiver lease: 60 s)"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut conn = env.redis.clone();
-    let pending: redis::Value = redis::cmd("XPENDING")
-        .arg(format!("{}outbox.blip", env.prefix))
-        .arg("outbox")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let redis::Value::Array(summary) = pending else {
-        panic!("XPENDING summary: {pending:?}")
-    };
-    assert_eq!(
-        summary.first(),
-        Some(&redis::Value::Int(0)),
-        "every entry acknowledged"
-    );
-    eprintln!(
-        "{total} entries, {kills} kills: all handled {:?} after the last",
-        last_fault.elapsed()
-    );
-    shutdown.cancel();
-    let _ = tokio::join!(dispatcher, consumer);
     env.cleanup().await;
 }

@@ -2,9 +2,7 @@
 //!
 //! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency,
 //! when housekeeping runs, reconnecting with backoff, and the shutdown grace for running
-//! handlers. After a read failed, it first reads this consumer's own pending entries again: a
-//! read whose reply was lost on a dropped connection has already delivered its entries to this
-//! consumer, and they would otherwise wait for the receiver lease. It never records an outcome itself: each entry goes through
+//! handlers. It never records an outcome itself: each entry goes through
 //! [`Receivers::handle_entry`].
 
 use std::sync::Arc;
@@ -45,8 +43,6 @@ impl Receivers {
         let mut reader: Option<redis::aio::MultiplexedConnection> = None;
         let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
         let mut tasks = tokio::task::JoinSet::new();
-        // After a failed read: the id after which to read this consumer's own pending entries.
-        let mut own_pending_after: Option<String> = None;
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
             if last_housekeeping.elapsed()
@@ -77,37 +73,19 @@ impl Receivers {
                 continue;
             };
             let available = permits.available_permits().max(1);
-            let mut opts = StreamReadOptions::default()
+            let opts = StreamReadOptions::default()
                 .group(CONSUMER_GROUP, &self.consumer)
-                .count(available);
-            let from = match &own_pending_after {
-                // Own pending entries are returned at once; only new ones are waited for.
-                Some(after) => after.clone(),
-                None => {
-                    opts = opts.block(200);
-                    ">".to_string()
-                }
-            };
+                .count(available)
+                .block(200);
             let keys = [&key];
-            let ids = [from.as_str()];
             let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = connection.xread_options(&keys, &ids, &opts) => r,
+                r = connection.xread_options(&keys, &[">"], &opts) => r,
             };
             match read {
                 Ok(Some(reply)) => {
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
-                    }
-                    if own_pending_after.is_some() {
-                        // Entries still running here come back too; their idempotency claim
-                        // is held, so they are left to the task running them.
-                        own_pending_after = reply
-                            .keys
-                            .iter()
-                            .flat_map(|k| k.ids.last())
-                            .map(|id| id.id.clone())
-                            .next_back();
                     }
                     for stream in reply.keys {
                         for id in &stream.ids {
@@ -122,7 +100,6 @@ impl Receivers {
                     }
                 }
                 Ok(None) => {
-                    own_pending_after = None;
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
                     }
@@ -136,7 +113,6 @@ impl Receivers {
                     let blip = fault::redis_blip(&e);
                     if let Some(blip) = blip {
                         blip.count_retry("receiver_read");
-                        own_pending_after = Some("0".into());
                     }
                     let stop = backoff
                         .failed_with(blip, &shutdown, |_| {
