@@ -1,6 +1,7 @@
 //! Shared fixtures for the end-to-end tests in `all/`: a per-test environment over the real
 //! PostgreSQL (a fresh database from `sqlx::test`) and the real Redis (a unique key prefix), and
-//! a TCP proxy that can cut Redis off and bring it back.
+//! a TCP proxy that can cut Redis off and bring it back, and real faults aimed at one test's host
+//! only (its Redis connections killed, its PostgreSQL backends terminated or refused).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -385,4 +386,157 @@ fn url_host_port(url: &str, default_port: u16) -> String {
     } else {
         format!("{hp}:{default_port}")
     }
+}
+
+/// Real Redis faults aimed at one test's host only. The host connects as an ACL user of its own
+/// (created here, deleted on drop), so [`kill`](Self::kill) can close exactly its connections
+/// with `CLIENT KILL USER`, the way a proxy restart or a failover drops them, while the other
+/// clients of the shared Redis (other tests, other processes) are untouched.
+pub struct RedisKiller {
+    user: String,
+    admin: redis::aio::MultiplexedConnection,
+}
+
+impl RedisKiller {
+    /// Create the ACL user (all keys, channels and commands, any password).
+    pub async fn new() -> Self {
+        let user = format!("outbox-test-{}", uuid::Uuid::new_v4().simple());
+        let mut admin = redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&user)
+            .arg("on")
+            .arg("nopass")
+            .arg("~*")
+            .arg("&*")
+            .arg("+@all")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        Self { user, admin }
+    }
+
+    /// `REDIS_URL` logged in as this killer's user.
+    pub fn url(&self) -> String {
+        let url = redis_url();
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
+        format!("{scheme}://{}:any@{rest}", self.user)
+    }
+
+    /// Close every connection of this user; returns how many there were.
+    pub async fn kill(&self) -> i64 {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg(&self.user)
+            .query_async(&mut self.admin.clone())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisKiller {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = redis::Client::open(redis_url()).and_then(|c| c.get_connection()) {
+            let _: redis::RedisResult<i64> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.user)
+                .query(&mut conn);
+        }
+    }
+}
+
+/// Real PostgreSQL faults aimed at one test's host only: the host's pool comes from
+/// [`host_pool`](Self::host_pool) (`outbox_host::store::connect`, so its backends carry
+/// `application_name = 'outbox'`) on the test's own database, and a separate connection
+/// terminates those backends or makes that one database refuse connections.
+pub struct PgKiller {
+    /// On the server's default database (`DATABASE_URL`): a database cannot refuse connections
+    /// while the session altering it is inside it.
+    admin: sqlx::PgConnection,
+    /// Inside the test database, opened before any refusal (it outlives one).
+    inside: sqlx::PgConnection,
+    url: String,
+    database: String,
+}
+
+impl PgKiller {
+    /// A killer for the test database behind `env`.
+    pub async fn new(env: &TestEnv) -> Self {
+        use sqlx::Connection;
+        let url = env.database_url().await;
+        let mut inside = sqlx::PgConnection::connect(&url).await.unwrap();
+        let database: String = sqlx::query_scalar("SELECT current_database()")
+            .fetch_one(&mut inside)
+            .await
+            .unwrap();
+        let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        let admin = sqlx::PgConnection::connect(&base).await.unwrap();
+        Self {
+            admin,
+            inside,
+            url,
+            database,
+        }
+    }
+
+    /// A pool for the host under test, opened the way the host opens its own.
+    pub async fn host_pool(&self) -> PgPool {
+        outbox_host::store::connect(&self.url, 16).await.unwrap()
+    }
+
+    /// Terminate every backend of the host on the test database (`pg_terminate_backend`, what a
+    /// failover or a proxy restart does); returns how many.
+    pub async fn terminate(&mut self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE datname = $1 AND application_name = 'outbox'",
+        )
+        .bind(&self.database)
+        .fetch_one(&mut self.admin)
+        .await
+        .unwrap()
+    }
+
+    /// Events `done` now, read on the killer's own connection inside the test database.
+    pub async fn count_done(&mut self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
+            .fetch_one(&mut self.inside)
+            .await
+            .unwrap()
+    }
+
+    /// Make the test database refuse new connections (`ALLOW_CONNECTIONS false`), or accept
+    /// them again. Only this test's database: the shared server keeps serving.
+    pub async fn allow_connections(&mut self, allow: bool) {
+        sqlx::query(&format!(
+            "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {allow}",
+            self.database.replace('"', "\"\"")
+        ))
+        .execute(&mut self.admin)
+        .await
+        .unwrap();
+    }
+}
+
+/// The sum of `outbox_infra_retries_total` for `service` at `stage`, across kinds, as the
+/// process-wide metrics recorder has it (installed on first use).
+pub fn infra_retries(service: &str, stage: &str) -> f64 {
+    let Some(handle) = outbox_host::http::prometheus() else {
+        return 0.0;
+    };
+    let service = format!("service=\"{service}\"");
+    let stage = format!("stage=\"{stage}\"");
+    handle
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("outbox_infra_retries_total{"))
+        .filter(|l| l.contains(&service) && l.contains(&stage))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -1,15 +1,23 @@
 //! Dispatch: the claim loop that moves committed events from PostgreSQL to Redis.
 //!
 //! Owns one tick's life: claim a batch (lease), route it, enqueue it through the sink, and record
-//! the outcomes (done / retry with backoff / failed) for the whole batch. It also owns waking up:
-//! `LISTEN outbox_event` for new rows, the earliest `available_at` for retries and expired
-//! leases, and the poll interval as a fallback. It never holds a row lock across a sink call:
-//! the claim statement commits before the sink runs, and the lease (not a lock) protects the rows.
-//! It never knows which queue system the [`Sink`] is, and it never writes its own backoff loop
-//! (see [`crate::reconnect`]).
+//! the outcomes (done / retry with backoff / failed / released) for the whole batch. It also owns
+//! waking up: `LISTEN outbox_event` for new rows, the earliest `available_at` for retries and
+//! expired leases, and the poll interval as a fallback. It never holds a row lock across a sink
+//! call: the claim statement commits before the sink runs, and the lease (not a lock) protects
+//! the rows. It never knows which queue system the [`Sink`] is, and it never writes its own
+//! backoff loop (see [`crate::reconnect`]).
+//!
+//! Whose fault: only what is the event's own (the router refuses it, the sink refuses an entry)
+//! counts as an attempt and waits on the event backoff (`OUTBOX_BACKOFF_SECONDS`). An
+//! infrastructure blip ([`crate::fault`]) never does: an event whose hand-off hit one is released
+//! (due at once, attempt not counted) while its written destinations stay written, claiming
+//! pauses until the sink answers again (probed within a second), and PostgreSQL writes of a
+//! batch (outcomes, delivery reads) are retried on a fresh connection while the lease is held;
+//! only if that cannot succeed well inside the lease are the rows left to lease expiry.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +28,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::reconnect::{connect_with_retry, retry_delay, sleep_or_shutdown, Backoff};
+use crate::fault::{self, Blip};
+use crate::reconnect::{connect_with_retry, retry_blips, retry_delay, sleep_or_shutdown, Backoff};
 use crate::routing::{RouteDecision, RouterHandle};
 use crate::sink::{Enqueue, EnqueueResult, RedisSink, Sink};
 use crate::store::{self, Claim, ClaimedEvent, DeliveryRecord, EventOutcome};
@@ -40,6 +49,8 @@ pub struct DispatchStats {
     pub retried: AtomicU64,
     /// Events given up as `failed` (retries exhausted, or no route).
     pub failed: AtomicU64,
+    /// Events put back without counting the attempt after an infrastructure blip.
+    pub released: AtomicU64,
     /// Stream entries added.
     pub enqueued: AtomicU64,
     /// Batches claimed.
@@ -53,6 +64,7 @@ impl DispatchStats {
             "done": self.done.load(Ordering::Relaxed),
             "retried": self.retried.load(Ordering::Relaxed),
             "failed": self.failed.load(Ordering::Relaxed),
+            "released": self.released.load(Ordering::Relaxed),
             "enqueued": self.enqueued.load(Ordering::Relaxed),
             "batches": self.batches.load(Ordering::Relaxed),
         })
@@ -70,7 +82,10 @@ pub struct BatchReport {
     pub retried: u64,
     /// Events given up as `failed`.
     pub failed: u64,
-    /// Every enqueue of the batch failed at the transport level (Redis looks down).
+    /// Events put back without counting the attempt (an infrastructure blip on their hand-off).
+    pub released: u64,
+    /// An infrastructure blip of the queue system (Redis) hit at least one hand-off of the batch:
+    /// claiming pauses until the sink answers.
     pub redis_unavailable: bool,
 }
 
@@ -84,6 +99,17 @@ pub struct Dispatcher {
     worker_id: String,
     wake: Arc<Notify>,
     stats: Arc<DispatchStats>,
+    gate: Arc<SinkGate>,
+    /// `claimed_at` of the batches in flight (to tell a lost claim from a held one).
+    held: Arc<std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>>,
+}
+
+/// What finished batches tell the claim loop about the sink: a blip hit one (pause and probe),
+/// or one went through clean (the sink's backoff starts over).
+#[derive(Debug, Default)]
+struct SinkGate {
+    blipped: AtomicBool,
+    clean: AtomicBool,
 }
 
 impl Dispatcher {
@@ -103,6 +129,8 @@ impl Dispatcher {
             worker_id: worker_id.into(),
             wake: Arc::new(Notify::new()),
             stats: Arc::default(),
+            gate: Arc::default(),
+            held: Arc::default(),
         }
     }
 
@@ -135,6 +163,7 @@ impl Dispatcher {
             total.done += report.done;
             total.retried += report.retried;
             total.failed += report.failed;
+            total.released += report.released;
             if report.redis_unavailable {
                 total.redis_unavailable = true;
                 return Ok(total);
@@ -152,21 +181,57 @@ impl Dispatcher {
         ));
         let mut in_flight: JoinSet<()> = JoinSet::new();
         let mut backoff = Backoff::new();
+        let mut sink_backoff = Backoff::new();
+        // A claim failed on a blip: it may have committed with its reply lost.
+        let mut claim_maybe_lost = false;
         tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
         while !shutdown.is_cancelled() {
             while in_flight.len() >= BATCHES_IN_FLIGHT {
                 in_flight.join_next().await;
             }
+            if self.gate.blipped.swap(false, Ordering::AcqRel) {
+                // A batch hit a queue-system blip; its events are already released. Claim again
+                // once the sink answers, so they do not churn through it meanwhile.
+                self.wait_for_sink(&mut sink_backoff, &shutdown).await;
+                continue;
+            }
+            if self.gate.clean.swap(false, Ordering::AcqRel) && sink_backoff.succeeded() {
+                tracing::info!(
+                    sink = self.sink.name(),
+                    "queue system is back; dispatching resumes"
+                );
+            }
+            if claim_maybe_lost {
+                match self.release_lost_claims().await {
+                    Ok(()) => claim_maybe_lost = false,
+                    Err(e) => {
+                        let blip = fault::postgres_blip(&e.source);
+                        backoff
+                            .failed_with(blip, &shutdown, |delay| {
+                                tracing::error!(error = %e, retry_in = ?delay, "cannot check for a lost claim; retrying")
+                            })
+                            .await;
+                        continue;
+                    }
+                }
+            }
             let claim = match self.claim().await {
                 Ok(claim) => {
-                    backoff.succeeded();
+                    if backoff.succeeded() {
+                        tracing::info!("PostgreSQL answers again; claiming resumes");
+                    }
                     claim
                 }
                 Err(e) => {
                     metrics::counter!("outbox_dispatch_errors_total", "stage" => "claim")
                         .increment(1);
+                    let blip = fault::postgres_blip(&e.source);
+                    if let Some(blip) = blip {
+                        blip.count_retry("claim");
+                        claim_maybe_lost = true;
+                    }
                     backoff
-                        .failed(&shutdown, |delay| {
+                        .failed_with(blip, &shutdown, |delay| {
                             tracing::error!(error = %e, retry_in = ?delay, "cannot claim events: PostgreSQL unavailable? retrying")
                         })
                         .await;
@@ -184,14 +249,20 @@ impl Dispatcher {
                 continue;
             }
             let me = self.clone();
-            let stop = shutdown.clone();
+            let claimed_at = claim.claimed_at;
+            self.hold(claimed_at, true);
             in_flight.spawn(async move {
-                match me.dispatch_claim(claim).await {
-                    Ok(report) if report.redis_unavailable => me.wait_for_sink(&stop).await,
-                    Ok(_) => {}
+                let dispatched = me.dispatch_claim(claim).await;
+                me.hold(claimed_at, false);
+                match dispatched {
+                    Ok(report) if report.redis_unavailable => {
+                        me.gate.blipped.store(true, Ordering::Release)
+                    }
+                    Ok(_) => me.gate.clean.store(true, Ordering::Release),
                     Err(e) => {
-                        // The rows stay leased and are claimed again after the lease; the
-                        // enqueue is idempotent, so nothing is doubled.
+                        // Retried on fresh connections for as long as the lease allowed: the rows
+                        // stay leased and are claimed again after the lease; the enqueue is
+                        // idempotent, so nothing is doubled.
                         tracing::error!(error = %e, "cannot record batch outcomes; rows will be reclaimed after the lease");
                         metrics::counter!("outbox_dispatch_errors_total", "stage" => "record").increment(1);
                     }
@@ -221,6 +292,38 @@ impl Dispatcher {
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
     }
 
+    /// Note a batch in flight (`true`) or finished (`false`) by its claim's `claimed_at`.
+    fn hold(&self, claimed_at: chrono::DateTime<chrono::Utc>, held: bool) {
+        let mut all = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if held {
+            all.push(claimed_at);
+        } else if let Some(i) = all.iter().position(|at| *at == claimed_at) {
+            all.swap_remove(i);
+        }
+    }
+
+    /// After a claim failed on a blip, give back whatever this worker holds outside its batches
+    /// in flight: the failed claim may have committed with only its reply lost, and its rows
+    /// would otherwise wait out the lease with an attempt counted.
+    async fn release_lost_claims(&self) -> Result<(), store::StoreError> {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let released = store::release_lost_claims(&self.pool, &self.worker_id, &held).await?;
+        if released > 0 {
+            tracing::warn!(
+                released,
+                "a claim committed but its reply was lost; its events are claimable again"
+            );
+        }
+        Ok(())
+    }
+
     /// Claim the next batch under this dispatcher's worker id, batch size and lease.
     async fn claim(&self) -> Result<Claim, store::StoreError> {
         store::claim_due_events(
@@ -245,22 +348,26 @@ impl Dispatcher {
         }
     }
 
-    /// After a batch found the sink's queue system (Redis) down: ping with backoff before
-    /// claiming more, so waiting events do not burn attempts while it is away.
-    async fn wait_for_sink(&self, shutdown: &CancellationToken) {
-        let mut backoff = Backoff::new();
+    /// After a batch hit a blip of the sink's queue system (Redis): wait the probe delay, then
+    /// ping until it answers, before claiming more. `backoff` lives in the claim loop and starts
+    /// over only after a clean batch, so a blip that outlives a successful ping (`READONLY`
+    /// during a long failover) is probed at most once a second, not in a tight loop.
+    async fn wait_for_sink(&self, backoff: &mut Backoff, shutdown: &CancellationToken) {
         let sink = self.sink.name();
+        let stop = backoff
+            .blipped(shutdown, |delay| {
+                tracing::warn!(sink, retry_in = ?delay, "queue system blip; claims paused until it answers")
+            })
+            .await;
+        if stop {
+            return;
+        }
         loop {
             match self.sink.ping().await {
-                Ok(()) => {
-                    if backoff.succeeded() {
-                        tracing::info!(sink, "queue system is back; dispatching resumes");
-                    }
-                    return;
-                }
+                Ok(()) => return,
                 Err(e) => {
                     let stop = backoff
-                        .failed(shutdown, |delay| {
+                        .blipped(shutdown, |delay| {
                             tracing::error!(sink, error = %e, retry_in = ?delay, "queue system unavailable; claims paused")
                         })
                         .await;
@@ -270,6 +377,12 @@ impl Dispatcher {
                 }
             }
         }
+    }
+
+    /// How long a batch may keep retrying its PostgreSQL writes through blips: half the lease
+    /// from when the batch started, well before another host may take the rows over.
+    fn write_deadline(&self, started: Instant) -> Instant {
+        started + self.settings.claim_lease / 2
     }
 
     /// Route, enqueue and record one claimed batch.
@@ -294,7 +407,16 @@ impl Dispatcher {
             .filter(|(e, d)| e.attempts > 1 && matches!(d, RouteDecision::Queues(q) if q.len() > 1))
             .map(|(e, _)| e.id)
             .collect();
-        let already = store::delivered_destinations(&self.pool, &retried_ids).await?;
+        // An event released after a blip comes back as attempt 1 and is not looked up here: its
+        // written destinations answer `AlreadyEnqueued` from their markers instead.
+        let already = retry_blips(
+            "read delivered destinations",
+            "record",
+            self.write_deadline(started),
+            |e: &store::StoreError| fault::postgres_blip(&e.source),
+            || store::delivered_destinations(&self.pool, &retried_ids),
+        )
+        .await?;
 
         let mut items = Vec::new();
         for (event, decision) in claim.events.iter().zip(&decisions) {
@@ -308,10 +430,7 @@ impl Dispatcher {
             }
         }
         let results = self.sink.enqueue_all(&items).await;
-        let redis_unavailable = !results.is_empty()
-            && results
-                .iter()
-                .all(|r| matches!(r, EnqueueResult::Unavailable(_)));
+        let redis_unavailable = results.iter().any(|r| r.blip().is_some());
 
         let mut per_event: HashMap<i64, Vec<(&str, &EnqueueResult)>> = HashMap::new();
         for (item, result) in items.iter().zip(&results) {
@@ -343,7 +462,8 @@ impl Dispatcher {
                 RouteDecision::Queues(queues) => {
                     let results = per_event.remove(&event.id).unwrap_or_default();
                     if queues.len() > 1 {
-                        for (queue, result) in &results {
+                        // A blipped destination is not recorded: it was not this attempt's fault.
+                        for (queue, result) in results.iter().filter(|(_, r)| r.blip().is_none()) {
                             deliveries.push(DeliveryRecord {
                                 event_id: event.id,
                                 destination: queue.to_string(),
@@ -352,18 +472,40 @@ impl Dispatcher {
                             });
                         }
                     }
-                    let errors: Vec<&str> = results.iter().filter_map(|(_, r)| r.error()).collect();
-                    if errors.is_empty() {
-                        EventOutcome::Done
+                    let refused: Vec<&str> = results
+                        .iter()
+                        .filter(|(_, r)| r.blip().is_none())
+                        .filter_map(|(_, r)| r.error())
+                        .collect();
+                    let blipped: Vec<(&str, Blip)> = results
+                        .iter()
+                        .filter_map(|(_, r)| Some((r.error()?, r.blip()?)))
+                        .collect();
+                    if !refused.is_empty() {
+                        self.retry_or_fail(event, refused.join("; "))
+                    } else if let Some((_, blip)) = blipped.first() {
+                        blip.count_retry("enqueue");
+                        let errors: Vec<&str> = blipped.iter().map(|(e, _)| *e).collect();
+                        tracing::debug!(event_id = event.id, %blip, "hand-off hit an infrastructure blip; released without counting the attempt");
+                        EventOutcome::Released {
+                            error: errors.join("; "),
+                        }
                     } else {
-                        self.retry_or_fail(event, errors.join("; "))
+                        EventOutcome::Done
                     }
                 }
             };
             outcomes.push((event.id, outcome));
         }
 
-        let counts = store::record_outcomes(&self.pool, &claim, &outcomes, &deliveries).await?;
+        let counts = retry_blips(
+            "record batch outcomes",
+            "record",
+            self.write_deadline(started),
+            |e: &store::StoreError| fault::postgres_blip(&e.source),
+            || store::record_outcomes(&self.pool, &claim, &outcomes, &deliveries),
+        )
+        .await?;
         self.stats.done.fetch_add(counts.done, Ordering::Relaxed);
         self.stats
             .retried
@@ -371,16 +513,20 @@ impl Dispatcher {
         self.stats
             .failed
             .fetch_add(counts.failed, Ordering::Relaxed);
+        self.stats
+            .released
+            .fetch_add(counts.released, Ordering::Relaxed);
         metrics::counter!("outbox_events_dispatched_total").increment(counts.done);
         metrics::counter!("outbox_events_retried_total").increment(counts.retried);
         metrics::counter!("outbox_events_failed_total").increment(counts.failed);
         metrics::histogram!("outbox_dispatch_batch_seconds")
             .record(started.elapsed().as_secs_f64());
-        let lost = outcomes.len() as u64 - counts.done - counts.retried - counts.failed;
+        let lost = (outcomes.len() as u64)
+            .saturating_sub(counts.done + counts.retried + counts.failed + counts.released);
         if lost > 0 {
             tracing::warn!(
                 lost,
-                "lease lost before recording; another host finishes those events"
+                "lease lost before recording (or recorded by an earlier try whose reply was lost); another host finishes those events"
             );
         }
         Ok(BatchReport {
@@ -388,6 +534,7 @@ impl Dispatcher {
             done: counts.done,
             retried: counts.retried,
             failed: counts.failed,
+            released: counts.released,
             redis_unavailable,
         })
     }
@@ -467,7 +614,7 @@ async fn listen_for_events(pool: PgPool, wake: Arc<Notify>, shutdown: Cancellati
             Ok(l) => l,
             Err(e) => {
                 let stop = backoff
-                    .failed(&shutdown, |delay| {
+                    .failed_with(fault::postgres_blip(&e), &shutdown, |delay| {
                         tracing::warn!(error = %e, retry_in = ?delay, "cannot LISTEN for new events; polling meanwhile")
                     })
                     .await;
@@ -479,7 +626,7 @@ async fn listen_for_events(pool: PgPool, wake: Arc<Notify>, shutdown: Cancellati
         };
         if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
             let stop = backoff
-                .failed(&shutdown, |_| {
+                .failed_with(fault::postgres_blip(&e), &shutdown, |_| {
                     tracing::warn!(error = %e, "LISTEN {NOTIFY_CHANNEL} failed; polling meanwhile")
                 })
                 .await;

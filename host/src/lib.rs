@@ -7,7 +7,8 @@
 //! runtime behind routing, handlers and capability checks) → [`capability`] (what a handler may
 //! ask of the host: policy, publish, kv, http, request signing). [`queue`] is the Redis wire
 //! contract sink, receivers and operators share (key names, entry fields); [`reconnect`] is the
-//! backoff every loop uses while PostgreSQL or Redis are away. Operators use the `outbox`
+//! backoff every loop uses while PostgreSQL or Redis are away, and [`fault`] tells such an
+//! infrastructure blip (retried without counting against any event) from an event's own fault. Operators use the `outbox`
 //! command (crate `outbox-cli`); this library never prints.
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health.
@@ -28,6 +29,7 @@
 pub mod capability;
 pub mod config;
 pub mod dispatch;
+pub mod fault;
 pub mod host;
 pub mod http;
 pub mod live_config;

@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::{QueueEntry, Receivers, CONSUMER_GROUP};
+use crate::fault;
 use crate::reconnect::Backoff;
 
 impl Receivers {
@@ -57,7 +58,7 @@ impl Receivers {
                     Ok(c) => reader = Some(c),
                     Err(e) => {
                         let stop = backoff
-                            .failed(&shutdown, |_| {
+                            .failed_with(fault::redis_blip(&e), &shutdown, |_| {
                                 tracing::error!(%queue, error = %e, "receiver cannot reach Redis; retrying")
                             })
                             .await;
@@ -83,7 +84,9 @@ impl Receivers {
             };
             match read {
                 Ok(Some(reply)) => {
-                    backoff.succeeded();
+                    if backoff.succeeded() {
+                        tracing::info!(%queue, "receiver reads the queue again");
+                    }
                     for stream in reply.keys {
                         for id in &stream.ids {
                             self.spawn_handler(
@@ -96,15 +99,23 @@ impl Receivers {
                         }
                     }
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    if backoff.succeeded() {
+                        tracing::info!(%queue, "receiver reads the queue again");
+                    }
+                }
                 Err(e) => {
                     reader = None;
                     if e.code() == Some("NOGROUP") {
                         // The stream was deleted under us: recreate it and the group.
                         let _ = self.ensure_group(&queue).await;
                     }
+                    let blip = fault::redis_blip(&e);
+                    if let Some(blip) = blip {
+                        blip.count_retry("receiver_read");
+                    }
                     let stop = backoff
-                        .failed(&shutdown, |_| {
+                        .failed_with(blip, &shutdown, |_| {
                             tracing::error!(%queue, error = %e, "reading the queue failed; retrying")
                         })
                         .await;

@@ -9,8 +9,10 @@
 //! jobs) in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
 //! `housekeeping`; receipts in PostgreSQL (written in batches after the outcome is safe in
-//! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`. Key names
-//! and entry fields come from [`crate::queue`].
+//! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
+//! these writes through infrastructure blips (a quick retry on a fresh connection, not a
+//! redelivery after the lease) in `blips`. Key names and entry fields come from
+//! [`crate::queue`].
 //! It never acknowledges an entry before its outcome is recorded in Redis, and every state
 //! change of one entry (marker, retry, dead letter, ack) is a single atomic script.
 
@@ -23,9 +25,12 @@ use sqlx::PgPool;
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
 use crate::config::Settings;
+use crate::fault;
 use crate::live_config::LiveConfig;
 use crate::queue::{QueueKeys, CONSUMER_GROUP};
+use crate::reconnect::retry_blips;
 
+mod blips;
 mod consume;
 mod dead_letter;
 mod housekeeping;
@@ -200,11 +205,21 @@ impl Receivers {
                 )
                 .await;
         };
-        let claim = match self.claim_entry(&handler, event_id).await {
+        let claim = match self.claim_entry_through_blips(&handler, event_id).await {
             Ok(Some(claim)) => claim,
             Ok(None) => {
                 if self.already_done(&handler, event_id).await {
-                    self.ack_duplicate(queue, &entry.stream_id).await;
+                    let acked = retry_blips(
+                        "acknowledge a duplicate",
+                        blips::STAGE,
+                        self.blip_deadline(),
+                        |e: &redis::RedisError| fault::redis_blip(e),
+                        || self.ack_duplicate(queue, &entry.stream_id),
+                    )
+                    .await;
+                    if let Err(e) = acked {
+                        tracing::warn!(%queue, event_id, error = %e, "could not acknowledge a duplicate; it will be delivered again");
+                    }
                     self.record_duplicate(event_id, &handler).await;
                     metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string())
                         .increment(1);

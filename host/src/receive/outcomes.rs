@@ -15,7 +15,8 @@ use std::convert::Infallible;
 
 use redis::AsyncCommands;
 
-use super::{ctx, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
+use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
+use crate::reconnect::retry_blips;
 use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
 
 /// What every guarded script returns when the marker no longer holds the caller's token.
@@ -112,8 +113,13 @@ impl Claim {
         &self.owner
     }
 
+    /// The handled marker's key.
+    pub(super) fn marker(&self) -> &str {
+        &self.marker
+    }
+
     /// The handled marker's value while this claim holds it.
-    fn marker_value(&self) -> String {
+    pub(super) fn marker_value(&self) -> String {
         marker_running(&self.owner)
     }
 }
@@ -147,12 +153,7 @@ impl Receivers {
         handler: &str,
         event_id: i64,
     ) -> Result<Option<Claim>, ReceiveError> {
-        let claim = Claim {
-            handler: handler.to_string(),
-            event_id,
-            marker: self.keys.handled_marker(handler, event_id),
-            owner: claim_owner(&self.consumer, rand::random()),
-        };
+        let claim = self.new_claim(handler, event_id);
         let set: Option<String> = ctx(
             redis::cmd("SET")
                 .arg(&claim.marker)
@@ -165,6 +166,17 @@ impl Receivers {
             || format!("idempotency claim {}", claim.marker),
         )?;
         Ok(set.map(|_| claim))
+    }
+
+    /// A claim of (`handler`, `event_id`) for this consumer with a new owner token, not yet
+    /// made in Redis.
+    pub(super) fn new_claim(&self, handler: &str, event_id: i64) -> Claim {
+        Claim {
+            handler: handler.to_string(),
+            event_id,
+            marker: self.keys.handled_marker(handler, event_id),
+            owner: claim_owner(&self.consumer, rand::random()),
+        }
     }
 
     /// Renew `claim` for another receiver lease and claim `stream_id` on `queue` for this
@@ -276,8 +288,31 @@ impl Receivers {
     }
 
     /// Record a successful handler run of `claim` on `stream_id` ([`finish_ok`](Self::finish_ok)).
+    /// Retried through blips; a retry that finds the claim gone but the entry done was applied
+    /// by its earlier try (only the reply was lost), so it counts as recorded.
     pub(super) async fn record_ok(&self, queue: &str, claim: &Claim, stream_id: &str) -> HandledAs {
-        match self.finish_ok(queue, claim, stream_id).await {
+        let mut tried = false;
+        let finished = retry_blips(
+            "record success",
+            blips::STAGE,
+            self.blip_deadline(),
+            blips::receive_blip,
+            || {
+                let again = std::mem::replace(&mut tried, true);
+                async move {
+                    match self.finish_ok(queue, claim, stream_id).await? {
+                        Settled::LostClaim
+                            if again && self.already_done(&claim.handler, claim.event_id).await =>
+                        {
+                            Ok(Settled::Recorded)
+                        }
+                        settled => Ok(settled),
+                    }
+                }
+            },
+        )
+        .await;
+        match finished {
             Ok(Settled::Recorded) => HandledAs::Ok,
             Ok(Settled::LostClaim) => self.lost_claim(queue, claim, "ok"),
             Err(e) => {
@@ -287,14 +322,17 @@ impl Receivers {
         }
     }
 
-    /// Acknowledge a duplicate delivery without recording anything (errors are ignored: the
-    /// entry is then delivered again and found a duplicate again).
-    pub(super) async fn ack_duplicate(&self, queue: &str, stream_id: &str) {
-        let _: redis::RedisResult<i64> = self
-            .conn
+    /// Acknowledge a duplicate delivery without recording anything (on an error the entry is
+    /// delivered again and found a duplicate again).
+    pub(super) async fn ack_duplicate(
+        &self,
+        queue: &str,
+        stream_id: &str,
+    ) -> redis::RedisResult<i64> {
+        self.conn
             .clone()
             .xack(self.keys.stream(queue), CONSUMER_GROUP, &[stream_id])
-            .await;
+            .await
     }
 
     /// Schedule `entry`'s next delivery after the handler backoff of failed `attempt`, clearing
@@ -312,18 +350,20 @@ impl Receivers {
         let due = chrono::Utc::now().timestamp_millis() + delay.as_millis() as i64;
         let member = entry.retry_fields(attempt, &reason);
         let json = serde_json::to_string(&member).unwrap_or_default();
-        let r: redis::RedisResult<i64> = self
+        let mut invocation = self
             .scripts
             .retry
-            .key(&claim.marker)
+            .key(&claim.marker);
+        invocation
             .key(self.keys.stream(queue))
             .key(self.keys.retry_set(queue))
             .arg(claim.marker_value())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
             .arg(due)
-            .arg(json)
-            .invoke_async(&mut self.conn.clone())
+            .arg(json);
+        let r = self
+            .apply_outcome(queue, &entry.stream_id, "schedule a retry", &invocation)
             .await;
         match r.map(Settled::from_reply) {
             Ok(Settled::LostClaim) => return self.lost_claim(queue, claim, "retry"),
@@ -365,7 +405,9 @@ impl Receivers {
         for field in entry.dead_letter_fields(&reason, handler, queue, &dead_at) {
             invocation.arg(field);
         }
-        let r: redis::RedisResult<i64> = invocation.invoke_async(&mut self.conn.clone()).await;
+        let r = self
+            .apply_outcome(queue, &entry.stream_id, "dead-letter", &invocation)
+            .await;
         match (r.map(Settled::from_reply), claim) {
             (Ok(Settled::LostClaim), Some(claim)) => {
                 return self.lost_claim(queue, claim, "dead-letter")

@@ -1,15 +1,19 @@
 //! Receipts: what each handler made of each event, in `outbox_receipt`.
 //!
 //! Owns the background writer that turns handler outcomes into rows, a batch per statement,
-//! and the SQL it runs ([`write_receipts`]). It only ever runs after the outcome is safe in
-//! Redis, so a lost receipt never loses an outcome; it never touches Redis.
+//! and the SQL it runs ([`write_receipts`]). A batch is one transaction, retried on a fresh
+//! connection through infrastructure blips ([`crate::fault`]) for up to
+//! [`RECEIPT_RETRY_FOR`]. It only ever runs after the outcome is safe in Redis, so a lost
+//! receipt never loses an outcome; it never touches Redis.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
 use super::{HandledAs, Receivers};
+use crate::fault;
+use crate::reconnect::retry_blips;
 
 /// One handler outcome for `outbox_receipt`.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +53,9 @@ pub(super) enum ReceiptUpdate {
 /// Receipts written per statement at most.
 pub const RECEIPT_BATCH: usize = 500;
 
+/// How long the writer retries a batch through blips before it gives the batch up (and logs it).
+pub const RECEIPT_RETRY_FOR: Duration = Duration::from_secs(30);
+
 /// Start the task that writes receipts in batches: whatever queued up while the previous
 /// statement ran goes into the next one, so a busy receiver writes a few rows per entry's worth
 /// of round trips and an idle one writes each receipt at once. It ends when every sender is gone.
@@ -64,9 +71,18 @@ pub(super) fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<Re
                     Err(_) => break,
                 }
             }
-            if let Err(e) = write_updates(&pool, std::mem::take(&mut batch)).await {
-                tracing::warn!(error = %e, "could not record receipts");
+            let written = retry_blips(
+                "record receipts",
+                "receipts",
+                Instant::now() + RECEIPT_RETRY_FOR,
+                fault::postgres_blip,
+                || write_updates(&pool, &batch),
+            )
+            .await;
+            if let Err(e) = written {
+                tracing::warn!(error = %e, receipts = batch.len(), "could not record receipts");
             }
+            batch.clear();
         }
     });
     tx
@@ -76,23 +92,21 @@ pub(super) fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<Re
 /// receipt writer does: an upsert per (event, handler), the latest outcome wins and published
 /// ids add up.
 pub async fn write_receipts(pool: &PgPool, receipts: &[Receipt]) -> Result<(), sqlx::Error> {
-    write_updates(
-        pool,
-        receipts
-            .iter()
-            .cloned()
-            .map(ReceiptUpdate::Outcome)
-            .collect(),
-    )
-    .await
+    let updates: Vec<ReceiptUpdate> = receipts
+        .iter()
+        .cloned()
+        .map(ReceiptUpdate::Outcome)
+        .collect();
+    write_updates(pool, &updates).await
 }
 
-/// Write one batch: outcomes as one upsert, duplicate counts of rows without an outcome in the
-/// batch as one update. Updates of the same (event, handler) are merged first (the latest
-/// outcome wins, published ids and duplicates add up).
-async fn write_updates(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), sqlx::Error> {
+/// Write one batch in one transaction (so a retry repeats all of it or none): outcomes as one
+/// upsert, duplicate counts of rows without an outcome in the batch as one update. Updates of the
+/// same (event, handler) are merged first (the latest outcome wins, published ids and duplicates
+/// add up).
+async fn write_updates(pool: &PgPool, batch: &[ReceiptUpdate]) -> Result<(), sqlx::Error> {
     let mut merged: HashMap<(i64, String), (Option<Receipt>, i32)> = HashMap::new();
-    for update in batch {
+    for update in batch.iter().cloned() {
         match update {
             ReceiptUpdate::Outcome(receipt) => {
                 let slot = merged
@@ -121,6 +135,7 @@ async fn write_updates(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), s
             }
         }
     }
+    let mut tx = pool.begin().await?;
     if !rows.is_empty() {
         let published: Vec<String> = rows
             .iter()
@@ -154,7 +169,7 @@ async fn write_updates(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), s
         .bind(published)
         .bind(rows.iter().map(|(r, _)| r.error.clone()).collect::<Vec<_>>())
         .bind(rows.iter().map(|(_, d)| *d).collect::<Vec<_>>())
-        .execute(pool)
+        .execute(&mut *tx)
         .await?;
     }
     if !dup_ids.is_empty() {
@@ -168,10 +183,10 @@ async fn write_updates(pool: &PgPool, batch: Vec<ReceiptUpdate>) -> Result<(), s
         .bind(dup_ids)
         .bind(dup_handlers)
         .bind(dup_counts)
-        .execute(pool)
+        .execute(&mut *tx)
         .await?;
     }
-    Ok(())
+    tx.commit().await
 }
 
 impl Receivers {

@@ -3,10 +3,14 @@
 //! Owns the seam between the dispatcher and a queue system: the [`Sink`] trait, what one
 //! hand-off is ([`Enqueue`]) and what became of it ([`EnqueueResult`]). Each queue system is one
 //! submodule; today that is Redis Streams ([`RedisSink`]). A sink never touches PostgreSQL and
-//! never decides retries: it reports per-entry results and the dispatcher records them.
+//! never decides retries: it reports per-entry results, telling an entry the queue system
+//! refused ([`EnqueueResult::Failed`], the event's fault) from an infrastructure blip
+//! ([`EnqueueResult::Unavailable`], classified by [`crate::fault`]), and the dispatcher records
+//! them.
 
 use futures::future::BoxFuture;
 
+use crate::fault::Blip;
 use crate::store::ClaimedEvent;
 
 mod redis_streams;
@@ -54,10 +58,17 @@ pub enum EnqueueResult {
     /// An earlier attempt already added it; this is its entry id. Nothing was written.
     AlreadyEnqueued(String),
     /// The queue system refused this entry (e.g. the key holds another type); nothing was
-    /// written.
+    /// written. The event's fault: it counts as an attempt.
     Failed(String),
-    /// The queue system could not be reached (connection, timeout); nothing was written.
-    Unavailable(String),
+    /// An infrastructure blip (connection dropped or refused, timeout, `LOADING`, `NOSCRIPT`,
+    /// `READONLY`, ...): the entry may or may not have been written, and handing it off again is
+    /// safe (the hand-off is idempotent). Not the event's fault.
+    Unavailable {
+        /// What went wrong, with the event and queue.
+        error: String,
+        /// The blip's kind.
+        blip: Blip,
+    },
 }
 
 impl EnqueueResult {
@@ -65,15 +76,23 @@ impl EnqueueResult {
     pub fn stream_id(&self) -> Option<&str> {
         match self {
             EnqueueResult::Added(id) | EnqueueResult::AlreadyEnqueued(id) => Some(id),
-            EnqueueResult::Failed(_) | EnqueueResult::Unavailable(_) => None,
+            EnqueueResult::Failed(_) | EnqueueResult::Unavailable { .. } => None,
         }
     }
 
     /// The error, if it failed.
     pub fn error(&self) -> Option<&str> {
         match self {
-            EnqueueResult::Failed(e) | EnqueueResult::Unavailable(e) => Some(e),
+            EnqueueResult::Failed(e) | EnqueueResult::Unavailable { error: e, .. } => Some(e),
             EnqueueResult::Added(_) | EnqueueResult::AlreadyEnqueued(_) => None,
+        }
+    }
+
+    /// The infrastructure blip, if this hand-off hit one.
+    pub fn blip(&self) -> Option<Blip> {
+        match self {
+            EnqueueResult::Unavailable { blip, .. } => Some(*blip),
+            _ => None,
         }
     }
 }
@@ -83,7 +102,9 @@ impl EnqueueResult {
 ///
 /// Contract: [`enqueue_all`](Sink::enqueue_all) is idempotent per (event, queue) (a repeated
 /// hand-off reports [`EnqueueResult::AlreadyEnqueued`] and writes nothing) and returns one
-/// result per item, in input order.
+/// result per item, in input order, and reports an infrastructure blip as
+/// [`EnqueueResult::Unavailable`] entry by entry (a pipeline cut halfway fails only what it did
+/// not confirm).
 pub trait Sink: Send + Sync {
     /// Short name for logs (`redis-streams`, ...).
     fn name(&self) -> &str;

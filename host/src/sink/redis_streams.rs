@@ -4,16 +4,24 @@
 //! round trip, atomic), pipelining a batch, bounded concurrency, and reconnects. A re-claim after
 //! a crash between "enqueued" and "marked done" finds the marker and adds nothing twice. Key
 //! names and entry fields come from [`crate::queue`]; it never builds one itself.
+//!
+//! Results are per entry: a pipeline's replies are read one by one (an error reply fails its
+//! entry only), and a connection that breaks under a pipeline fails the entries of that pipeline
+//! as [`EnqueueResult::Unavailable`] while the other pipelines' entries keep their results.
+//! `NOSCRIPT` (Redis restarted or its scripts were flushed): `EVALSHA` in a pipeline does not fall
+//! back to loading the script the way `redis::Script::invoke_async` does for a single call (redis
+//! crate 0.32), so this sink loads it and runs the entries that got `NOSCRIPT` once more.
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use futures::FutureExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
+use crate::fault::{self, BlipKind};
 use crate::queue::{QueueEntry, QueueKeys};
 
 /// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream; ARGV[1] = marker TTL (s),
@@ -130,26 +138,29 @@ impl RedisSink {
     }
 
     async fn enqueue_chunk(&self, chunk: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
-        match self.run_pipeline(chunk).await {
-            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
-                // Redis restarted (scripts are not persisted): load it again and retry once.
-                if let Err(load) = self.load_script().await {
-                    return unavailable_all(chunk, &load.to_string());
-                }
-                match self.run_pipeline(chunk).await {
-                    Ok(r) => r,
-                    Err(e) => unavailable_all(chunk, &format!("redis: {e}")),
-                }
-            }
-            Ok(r) => r,
-            Err(e) => unavailable_all(chunk, &format!("redis: {e}")),
+        let mut results = self.run_pipeline(chunk).await;
+        let missing: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.blip().is_some_and(|b| b.kind == BlipKind::NoScript))
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() {
+            return results;
         }
+        // Redis lost its scripts (restart, SCRIPT FLUSH): load it again and run those once more.
+        if let Err(e) = self.load_script().await {
+            tracing::warn!(error = %e, "could not reload the enqueue script");
+            return results;
+        }
+        let again: Vec<Enqueue<'_>> = missing.iter().map(|&i| chunk[i].clone()).collect();
+        for (i, result) in missing.into_iter().zip(self.run_pipeline(&again).await) {
+            results[i] = result;
+        }
+        results
     }
 
-    async fn run_pipeline(
-        &self,
-        chunk: &[Enqueue<'_>],
-    ) -> Result<Vec<EnqueueResult>, redis::RedisError> {
+    async fn run_pipeline(&self, chunk: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
         let mut pipe = redis::pipe();
         let hash = self.script.get_hash();
         for item in chunk {
@@ -166,12 +177,27 @@ impl RedisSink {
             }
         }
         let mut conn = self.conn.clone();
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-        Ok(chunk
-            .iter()
-            .zip(replies)
-            .map(|(item, reply)| parse_reply(item, reply))
-            .collect())
+        // Not `query_async`: it turns the first error reply into an error for the whole pipeline.
+        match conn.req_packed_commands(&pipe, 0, chunk.len()).await {
+            Ok(replies) if replies.len() == chunk.len() => chunk
+                .iter()
+                .zip(replies)
+                .map(|(item, reply)| parse_reply(item, reply))
+                .collect(),
+            Ok(replies) => chunk
+                .iter()
+                .map(|item| {
+                    EnqueueResult::Failed(format!(
+                        "event {} to {}: {} replies to a pipeline of {}",
+                        item.event.id,
+                        item.queue,
+                        replies.len(),
+                        chunk.len()
+                    ))
+                })
+                .collect(),
+            Err(e) => chunk.iter().map(|item| redis_error(item, &e)).collect(),
+        }
     }
 }
 
@@ -189,16 +215,17 @@ impl Sink for RedisSink {
     }
 }
 
-fn unavailable_all(chunk: &[Enqueue<'_>], message: &str) -> Vec<EnqueueResult> {
-    chunk
-        .iter()
-        .map(|item| {
-            EnqueueResult::Unavailable(format!(
-                "event {} to {}: {message}",
-                item.event.id, item.queue
-            ))
-        })
-        .collect()
+/// A Redis error for one entry: a blip leaves it [`EnqueueResult::Unavailable`], anything else
+/// is a refusal of the entry.
+fn redis_error(item: &Enqueue<'_>, error: &redis::RedisError) -> EnqueueResult {
+    let message = format!("event {} to {}: redis: {error}", item.event.id, item.queue);
+    match fault::redis_blip(error) {
+        Some(blip) => EnqueueResult::Unavailable {
+            error: message,
+            blip,
+        },
+        None => EnqueueResult::Failed(message),
+    }
 }
 
 fn parse_reply(item: &Enqueue<'_>, reply: Value) -> EnqueueResult {
@@ -218,12 +245,7 @@ fn parse_reply(item: &Enqueue<'_>, reply: Value) -> EnqueueResult {
                 text(&parts[1])
             )),
         },
-        Value::ServerError(e) => EnqueueResult::Failed(format!(
-            "event {} to {}: redis: {}",
-            item.event.id,
-            item.queue,
-            e.details().unwrap_or(e.code())
-        )),
+        Value::ServerError(e) => redis_error(item, &e.into()),
         other => EnqueueResult::Failed(format!(
             "event {} to {}: unexpected reply from the enqueue script: {other:?}",
             item.event.id, item.queue

@@ -280,6 +280,13 @@ pub enum EventOutcome {
         /// Why (no route, or the last error after the retries ran out).
         error: String,
     },
+    /// Put back, due at once, without counting this attempt: an infrastructure blip, not the
+    /// event's fault, stopped it (see [`crate::fault`]). The dispatcher claims it again once the
+    /// service answers.
+    Released {
+        /// The blip, kept in `last_error` until the event is done.
+        error: String,
+    },
 }
 
 /// Result of one (event, destination) hand-off, recorded in `outbox_delivery` for fan-out.
@@ -305,10 +312,14 @@ pub struct RecordedCounts {
     pub retried: u64,
     /// Rows set to `failed`.
     pub failed: u64,
+    /// Rows put back due at once with the attempt not counted (infrastructure blips).
+    pub released: u64,
 }
 
 /// Record a batch's outcomes in one transaction: one statement for all `done` rows, one for the
-/// rest, and one upsert for fan-out deliveries. Only rows still held under `claim`'s lease change.
+/// rest, and one upsert for fan-out deliveries. Only rows still held under `claim`'s lease change,
+/// so running it again after an error is safe: what the first run committed is no longer held
+/// and is left alone (it then reads as "lease lost" in the counts).
 pub async fn record_outcomes(
     pool: &PgPool,
     claim: &Claim,
@@ -329,6 +340,12 @@ pub async fn record_outcomes(
             EventOutcome::Failed { error } => {
                 ids.push(*id);
                 statuses.push("failed");
+                errors.push(error.clone());
+                delays.push(0.0);
+            }
+            EventOutcome::Released { error } => {
+                ids.push(*id);
+                statuses.push("released");
                 errors.push(error.clone());
                 delays.push(0.0);
             }
@@ -397,9 +414,11 @@ pub async fn record_outcomes(
         let rows = sqlx::query(
             r#"
             UPDATE outbox_event e
-            SET status = v.status,
+            SET status = CASE WHEN v.status = 'released' THEN 'pending' ELSE v.status END,
+                attempts = CASE WHEN v.status = 'released' THEN greatest(e.attempts - 1, 0)
+                                ELSE e.attempts END,
                 last_error = v.err,
-                available_at = CASE WHEN v.status = 'pending'
+                available_at = CASE WHEN v.status IN ('pending', 'released')
                                     THEN now() + make_interval(secs => v.delay_s)
                                     ELSE e.available_at END,
                 processed_at = CASE WHEN v.status = 'failed' THEN now() ELSE e.processed_at END,
@@ -420,12 +439,13 @@ pub async fn record_outcomes(
         .fetch_all(&mut *tx)
         .await
         .context(format!(
-            "record_outcomes: {} retried or failed events",
+            "record_outcomes: {} retried, released or failed events",
             ids.len()
         ))?;
         for row in rows {
             match row.get::<&str, _>("status") {
                 "pending" => counts.retried += 1,
+                "released" => counts.released += 1,
                 _ => counts.failed += 1,
             }
         }
@@ -449,6 +469,31 @@ pub async fn release_claims(pool: &PgPool, worker_id: &str) -> Result<u64, Store
     .execute(pool)
     .await
     .context(format!("release claims of worker {worker_id}"))?
+    .rows_affected())
+}
+
+/// Give back rows this worker holds under a claim it does not know of: a claim statement that
+/// committed but whose reply was lost when the connection dropped. `held` are the `claimed_at`
+/// of the batches the worker has in flight; everything else it holds becomes claimable at once,
+/// with the attempt that never started not counted.
+pub async fn release_lost_claims(
+    pool: &PgPool,
+    worker_id: &str,
+    held: &[DateTime<Utc>],
+) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        r#"
+        UPDATE outbox_event
+        SET status = 'pending', available_at = now(), attempts = greatest(attempts - 1, 0),
+            claim_expires_at = NULL
+        WHERE status = 'processing' AND claimed_by = $1 AND NOT (claimed_at = ANY($2))
+        "#,
+    )
+    .bind(worker_id)
+    .bind(held)
+    .execute(pool)
+    .await
+    .context(format!("release lost claims of worker {worker_id}"))?
     .rows_affected())
 }
 
