@@ -7,6 +7,7 @@ mod dispatch;
 mod failures;
 mod hook_children;
 mod http;
+mod limits;
 mod plugins;
 mod publish;
 mod receive;

@@ -47,7 +47,7 @@ pub fn http_target(url: &reqwest::Url) -> Option<String> {
 
 /// `http.send`: check the grant for the URL's host, build the request (signed when the grants
 /// name a secret), send it and read the response within the limits.
-pub(crate) fn send(
+pub(crate) async fn send(
     scope: &DeliveryScope,
     request: wit_http::Request,
 ) -> Result<wit_http::Response, HostCallError> {
@@ -55,7 +55,7 @@ pub(crate) fn send(
         .map_err(|e| HostCallError::Failed(format!("http: invalid url {:?}: {e}", request.url)))?;
     let target = http_target(&url)
         .ok_or_else(|| HostCallError::Failed(format!("http: url {:?} has no host", request.url)))?;
-    scope.authorize(CAPABILITY, &target)?;
+    scope.authorize(CAPABILITY, &target).await?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(HostCallError::Failed(format!(
             "http: only http and https urls are allowed, got {}",
@@ -141,17 +141,15 @@ pub(crate) fn send(
         })
     };
     // The client's per-request timeout bounds the whole exchange; this is a backstop.
-    scope.handle.block_on(async move {
-        tokio::time::timeout(timeout + Duration::from_secs(1), work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "http: no response within {} ms",
-                    timeout.as_millis()
-                ))
-            })
-            .map_err(HostCallError::Failed)
-    })
+    tokio::time::timeout(timeout + Duration::from_secs(1), work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "http: no response within {} ms",
+                timeout.as_millis()
+            ))
+        })
+        .map_err(HostCallError::Failed)
 }
 
 /// The signing secret named by the plugin's grants, read now (`None`: no signing).

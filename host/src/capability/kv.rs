@@ -23,20 +23,20 @@ pub const MAX_KV_VALUE_BYTES: usize = 1 << 20;
 const KV_DEADLINE: Duration = Duration::from_secs(5);
 
 /// `kv.get`.
-pub(crate) fn get(scope: &DeliveryScope, key: &str) -> Result<Option<String>, HostCallError> {
-    scope.authorize(CAPABILITY, key)?;
+pub(crate) async fn get(scope: &DeliveryScope, key: &str) -> Result<Option<String>, HostCallError> {
+    scope.authorize(CAPABILITY, key).await?;
     let key = redis_key(scope, key)?;
-    run(scope, redis::cmd("GET").arg(key).clone())
+    run(scope, redis::cmd("GET").arg(key).clone()).await
 }
 
 /// `kv.set`, with an optional time to live (at least one second).
-pub(crate) fn set(
+pub(crate) async fn set(
     scope: &DeliveryScope,
     key: &str,
     value: String,
     ttl_seconds: Option<u32>,
 ) -> Result<(), HostCallError> {
-    scope.authorize(CAPABILITY, key)?;
+    scope.authorize(CAPABILITY, key).await?;
     let key = redis_key(scope, key)?;
     if value.len() > MAX_KV_VALUE_BYTES {
         return Err(HostCallError::Failed(format!(
@@ -57,33 +57,31 @@ pub(crate) fn set(
         }
         None => {}
     }
-    run::<()>(scope, cmd)
+    run::<()>(scope, cmd).await
 }
 
 /// `kv.delete`: whether the key existed.
-pub(crate) fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, HostCallError> {
-    scope.authorize(CAPABILITY, key)?;
+pub(crate) async fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, HostCallError> {
+    scope.authorize(CAPABILITY, key).await?;
     let key = redis_key(scope, key)?;
-    let removed: i64 = run(scope, redis::cmd("DEL").arg(key).clone())?;
+    let removed: i64 = run(scope, redis::cmd("DEL").arg(key).clone()).await?;
     Ok(removed > 0)
 }
 
 /// Run one Redis command with the kv deadline.
-fn run<T: redis::FromRedisValue>(
+async fn run<T: redis::FromRedisValue>(
     scope: &DeliveryScope,
     cmd: redis::Cmd,
 ) -> Result<T, HostCallError> {
     let mut conn = scope.host.redis.clone();
-    scope.handle.block_on(async move {
-        match tokio::time::timeout(KV_DEADLINE, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(HostCallError::Failed(format!("kv: {e}"))),
-            Err(_) => Err(HostCallError::Failed(format!(
-                "kv: Redis did not answer within {} s",
-                KV_DEADLINE.as_secs()
-            ))),
-        }
-    })
+    match tokio::time::timeout(KV_DEADLINE, cmd.query_async::<T>(&mut conn)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(HostCallError::Failed(format!("kv: {e}"))),
+        Err(_) => Err(HostCallError::Failed(format!(
+            "kv: Redis did not answer within {} s",
+            KV_DEADLINE.as_secs()
+        ))),
+    }
 }
 
 /// The namespaced Redis key of a plugin key, after checking its length.

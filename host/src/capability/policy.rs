@@ -106,7 +106,25 @@ impl CapabilityPolicy {
         capability: &str,
         target: &str,
     ) -> Result<(), String> {
-        let result = self.decide(plugin, grants, capability, target);
+        crate::plugin::block_on(self.check_with_grants_async(plugin, grants, capability, target))
+            .unwrap_or_else(|e| {
+                Err(format!(
+                    "plugin '{plugin}' may not use {capability}: the capability policy could not run, so the call is denied (fail closed): {e}"
+                ))
+            })
+    }
+
+    /// [`check_with_grants`](Self::check_with_grants) as a future, for a host call made inside
+    /// a handler's call: awaited in that call's future (on its blocking thread, under its
+    /// deadline). Never await it on an executor thread.
+    pub(crate) async fn check_with_grants_async(
+        &self,
+        plugin: &str,
+        grants: impl FnOnce() -> String,
+        capability: &str,
+        target: &str,
+    ) -> Result<(), String> {
+        let result = self.decide(plugin, grants, capability, target).await;
         let label = capability_label(capability);
         let decision = if result.is_ok() { "allow" } else { "deny" };
         metrics::counter!("outbox_capability_checks_total", "capability" => label, "decision" => decision)
@@ -126,7 +144,7 @@ impl CapabilityPolicy {
         result
     }
 
-    fn decide(
+    async fn decide(
         &self,
         plugin: &str,
         grants: impl FnOnce() -> String,
@@ -182,7 +200,7 @@ impl CapabilityPolicy {
         {
             return cached;
         }
-        let decision = match policy.call_policy(&request) {
+        let decision = match policy.call_policy_in_call(&request).await {
             Ok(Decision::Allow) => Ok(()),
             Ok(Decision::Deny(reason)) => Err(reason),
             Err(PluginError::WrongWorld { found, .. }) => {

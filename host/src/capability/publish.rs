@@ -72,7 +72,7 @@ impl Children {
 
     /// `publish.send`: check the grant, build the child (dispatch key, inherited headers and
     /// tenant), validate it and insert it.
-    pub(crate) fn send(
+    pub(crate) async fn send(
         &mut self,
         scope: &DeliveryScope,
         event: wit_publish::NewEvent,
@@ -80,7 +80,7 @@ impl Children {
         // Index every call, whatever its outcome, so call i of a redelivery gets key i again.
         let index = self.next_index;
         self.next_index += 1;
-        scope.authorize(CAPABILITY, &event.event_type)?;
+        scope.authorize(CAPABILITY, &event.event_type).await?;
         let payload: serde_json::Value = serde_json::from_str(&event.payload).map_err(|e| {
             HostCallError::Failed(format!(
                 "payload of {} is not valid JSON: {e}",
@@ -106,7 +106,7 @@ impl Children {
         child.tenant_id = event.tenant_id.or_else(|| parent.tenant_id.clone());
         validate_as(&child, scope.host.max_payload_bytes, Publisher::Host)
             .map_err(|e| HostCallError::Failed(e.to_string()))?;
-        let id = insert(scope, child).map_err(HostCallError::Failed)?;
+        let id = insert(scope, child).await.map_err(HostCallError::Failed)?;
         if let Ok(mut ids) = self.published.lock() {
             ids.push(id);
         }
@@ -116,7 +116,7 @@ impl Children {
 
 /// Insert one host event (a child or a denial: reserved key prefixes allowed) in its own short
 /// transaction; the existing id when its dispatch key already names the same event.
-pub(crate) fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
+pub(crate) async fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
     let pool = &scope.host.pool;
     let limit = scope.host.max_payload_bytes.max(1024);
     let work = async move {
@@ -129,16 +129,14 @@ pub(crate) fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, Stri
             .map_err(|e| format!("publish: commit: {e}"))?;
         Ok(id)
     };
-    scope.handle.block_on(async {
-        tokio::time::timeout(DB_DEADLINE, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "publish: the database did not answer within {} s",
-                    DB_DEADLINE.as_secs()
-                ))
-            })
-    })
+    tokio::time::timeout(DB_DEADLINE, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "publish: the database did not answer within {} s",
+                DB_DEADLINE.as_secs()
+            ))
+        })
 }
 
 /// A child's headers: the parent's (anything but an object counts as `{}`), then the child's
