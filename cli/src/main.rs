@@ -110,6 +110,8 @@ enum PluginsCommand {
     ///
     /// Routers take --events; handlers take one event with --event; policies take one
     /// capability request with --event. JSON arguments may also be `@FILE` or `-` (stdin).
+    /// A plugin declared under [plugins] in the config runs with its declared limits
+    /// (timeout_ms, memory_mb, fuel), others with the defaults.
     #[command(group(ArgGroup::new("input").required(true).args(["events", "event"])))]
     Call {
         /// The plugin file.

@@ -388,6 +388,121 @@ fn cli_plugins_call_routes_events_offline_and_reports_traps() {
     assert!(!stderr.contains("panicked at host/"), "{stderr}");
 }
 
+/// Run `outbox` with `args` and `RUST_LOG=rust_log`, killing it after `limit`: `None` when it
+/// did not finish in time. Its output goes to files (a full pipe would stall it).
+fn outbox_within(args: &[&str], rust_log: &str, limit: std::time::Duration) -> Option<Output> {
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = std::env::temp_dir().join(format!("outbox-cli-within-{}-{run}", std::process::id()));
+    let (out_path, err_path) = (base.with_extension("stdout"), base.with_extension("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(args)
+        .env("DATABASE_URL", "postgres://unused")
+        .env(
+            "OUTBOX_CONFIG",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"),
+        )
+        .env("RUST_LOG", rust_log)
+        .env("NO_COLOR", "1")
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("run outbox");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            child.kill().ok();
+            child.wait().ok();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = Output {
+        status,
+        stdout: std::fs::read(&out_path).unwrap(),
+        stderr: std::fs::read(&err_path).unwrap(),
+    };
+    std::fs::remove_file(&out_path).ok();
+    std::fs::remove_file(&err_path).ok();
+    Some(output)
+}
+
+#[test]
+fn cli_plugins_call_cuts_a_sleeping_plugin_at_its_time_limit() {
+    // Not declared in routes.toml: the default limit of 2000 ms applies. Before: the call slept
+    // for u64::MAX ns (the limit was only checked while computing).
+    let started = std::time::Instant::now();
+    let out = outbox_within(
+        &[
+            "plugins",
+            "call",
+            &repo_path("plugins/dist/test/sleep-forever.wasm"),
+            "--events",
+            r#"[{"event_type": "mail.welcome"}]"#,
+        ],
+        "warn",
+        std::time::Duration::from_secs(30),
+    )
+    .expect("outbox plugins call waited on a sleeping plugin");
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("plugin sleep-forever: exceeded its time limit of 2000 ms"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cli_plugin_log_lines_are_escaped_and_bounded_per_call() {
+    let out = outbox_within(
+        &[
+            "plugins",
+            "call",
+            &repo_path("plugins/dist/test/log-flood.wasm"),
+            "--events",
+            r#"[{"event_type": "mail.welcome"}]"#,
+        ],
+        "info",
+        std::time::Duration::from_secs(60),
+    )
+    .expect("outbox plugins call finished");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("mail.welcome -> outbox.audit"), "{stdout}");
+    // The forged line stays inside the plugin's own line, escaped.
+    assert!(
+        stderr.contains(
+            r"ok\n2026-01-01T00:00:00Z  INFO outbox::audit: capability allowed\r\u{1b}[2Jforged"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("2026-01-01T00:00:00Z")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "raw escape sequence in the log");
+    // 10 000 lines of 4 KiB asked; the per-call budget (64 KiB) keeps 15, then one line says so.
+    let flood = stderr.lines().filter(|l| l.contains(" flood ")).count();
+    assert_eq!(flood, 15, "flood lines kept");
+    assert_eq!(
+        stderr.matches("log budget exceeded").count(),
+        1,
+        "{}",
+        stderr.lines().last().unwrap_or_default()
+    );
+    assert!(
+        stderr.contains("9985 messages of this call dropped"),
+        "{}",
+        stderr.lines().last().unwrap_or_default()
+    );
+}
+
 #[test]
 fn cli_plugins_new_scaffolds_a_crate_and_refuses_to_overwrite() {
     let parent = std::env::temp_dir().join(format!(

@@ -11,6 +11,7 @@ mod guest_answers;
 mod hook_children;
 mod http;
 mod invoke_jobs;
+mod limits;
 mod plugins;
 mod publish;
 mod receive;

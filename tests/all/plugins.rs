@@ -75,7 +75,11 @@ async fn router_plugin_gives_the_same_queues_as_the_native_table() {
         .enumerate()
         .map(|(i, t)| claimed(i as i64, t))
         .collect();
-    let from_plugin = router.route_batch(&events).unwrap();
+    // A plugin call blocks its thread until it ends: call it on a blocking thread.
+    let batch = events.clone();
+    let from_plugin = tokio::task::spawn_blocking(move || router.route_batch(&batch).unwrap())
+        .await
+        .unwrap();
     let from_table = native.route_batch(&events).unwrap();
     for ((t, p), n) in types.iter().zip(&from_plugin).zip(&from_table) {
         assert_eq!(p, n, "{t}");
@@ -200,11 +204,12 @@ async fn a_guest_cannot_read_files_env_or_open_sockets() {
     let live = LiveConfig::start(&fixture.config(&outbox_host::config::Settings::default()))
         .await
         .unwrap();
-    let decisions = live
-        .router
-        .current()
-        .route_batch(&[claimed(1, "probe.everything")])
-        .unwrap();
+    let router = live.router.current();
+    let decisions =
+        tokio::task::spawn_blocking(move || router.route_batch(&[claimed(1, "probe.everything")]))
+            .await
+            .unwrap()
+            .unwrap();
     let RouteDecision::Queues(found) = &decisions[0] else {
         panic!("{decisions:?}")
     };

@@ -183,16 +183,28 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let router = host.router().current();
     host.shutdown().await;
 
+    // A router plugin's call blocks its thread: route on a blocking thread.
+    let routed = tokio::task::spawn_blocking(move || {
+        DEMO_MIX
+            .iter()
+            .map(|(event_type, _)| {
+                let event = store::ClaimedEvent::unclaimed(0, *event_type, "{}");
+                let queues = match router
+                    .route_batch(std::slice::from_ref(&event))
+                    .map(|d| d.into_iter().next())
+                {
+                    Ok(Some(RouteDecision::Queues(queues))) => queues,
+                    _ => Vec::new(),
+                };
+                (*event_type, queues)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await?;
     let mut per_queue: BTreeMap<String, (u64, Vec<&str>)> = BTreeMap::new();
-    for (event_type, _) in DEMO_MIX {
-        let event = store::ClaimedEvent::unclaimed(0, *event_type, "{}");
-        if let Ok(Some(RouteDecision::Queues(queues))) = router
-            .route_batch(std::slice::from_ref(&event))
-            .map(|d| d.into_iter().next())
-        {
-            for q in queues {
-                per_queue.entry(q).or_default().1.push(event_type);
-            }
+    for (event_type, queues) in routed {
+        for q in queues {
+            per_queue.entry(q).or_default().1.push(event_type);
         }
     }
     for (queue, (n, _)) in per_queue.iter_mut() {

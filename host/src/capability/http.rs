@@ -453,12 +453,12 @@ pub(crate) fn parse_url(raw: &str) -> Result<(reqwest::Url, String), String> {
 
 /// `http.send`: check the grant for the URL's host, the egress rules, build the request (signed
 /// when the grants name a secret), send it and read the response within the limits.
-pub(crate) fn send(
+pub(crate) async fn send(
     scope: &DeliveryScope,
     request: wit_http::Request,
 ) -> Result<wit_http::Response, HostCallError> {
     let (url, target) = parse_url(&request.url).map_err(HostCallError::Failed)?;
-    scope.authorize(CAPABILITY, &target)?;
+    scope.authorize(CAPABILITY, &target).await?;
     let grants = &scope.plugin.spec.grants;
     let destination = check_destination(&url, grants).map_err(HostCallError::Failed)?;
     let method = reqwest::Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
@@ -553,17 +553,15 @@ pub(crate) fn send(
         })
     };
     // The client's per-request timeout bounds the whole exchange; this is a backstop.
-    scope.handle.block_on(async move {
-        tokio::time::timeout(timeout + Duration::from_secs(1), work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "http: no response within {} ms",
-                    timeout.as_millis()
-                ))
-            })
-            .map_err(HostCallError::Failed)
-    })
+    tokio::time::timeout(timeout + Duration::from_secs(1), work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "http: no response within {} ms",
+                timeout.as_millis()
+            ))
+        })
+        .map_err(HostCallError::Failed)
 }
 
 /// The signing secret named by the plugin's grants, read now (`None`: no signing).

@@ -109,15 +109,15 @@ fn quota_reached(plugin: &str) -> String {
 }
 
 /// `kv.get`.
-pub(crate) fn get(scope: &DeliveryScope, key: &str) -> Result<Option<String>, HostCallError> {
+pub(crate) async fn get(scope: &DeliveryScope, key: &str) -> Result<Option<String>, HostCallError> {
     check_key(key).map_err(HostCallError::Failed)?;
-    scope.authorize(CAPABILITY, key)?;
+    scope.authorize(CAPABILITY, key).await?;
     let key = redis_key(scope, key);
-    run(scope, redis::cmd("GET").arg(key).clone())
+    run(scope, redis::cmd("GET").arg(key).clone()).await
 }
 
 /// `kv.set`, with an optional time to live (at least one second), within the plugin's quota.
-pub(crate) fn set(
+pub(crate) async fn set(
     scope: &DeliveryScope,
     key: &str,
     value: String,
@@ -125,7 +125,7 @@ pub(crate) fn set(
 ) -> Result<(), HostCallError> {
     check_key(key).map_err(HostCallError::Failed)?;
     check_value(&value, ttl_seconds).map_err(HostCallError::Failed)?;
-    scope.authorize(CAPABILITY, key)?;
+    scope.authorize(CAPABILITY, key).await?;
     let keys = QueueKeys::new(scope.host.key_prefix.as_str());
     let mut invocation = scope.host.kv_scripts.set.prepare_invoke();
     invocation
@@ -135,7 +135,7 @@ pub(crate) fn set(
         .arg(ttl_seconds.unwrap_or(0))
         .arg(MAX_KV_KEYS_PER_PLUGIN)
         .arg(key);
-    let stored: i64 = run_script(scope, invocation)?;
+    let stored: i64 = run_script(scope, invocation).await?;
     if stored == 1 {
         Ok(())
     } else {
@@ -144,39 +144,35 @@ pub(crate) fn set(
 }
 
 /// `kv.delete`: whether the key existed.
-pub(crate) fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, HostCallError> {
+pub(crate) async fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, HostCallError> {
     check_key(key).map_err(HostCallError::Failed)?;
-    scope.authorize(CAPABILITY, key)?;
+    scope.authorize(CAPABILITY, key).await?;
     let keys = QueueKeys::new(scope.host.key_prefix.as_str());
     let mut invocation = scope.host.kv_scripts.delete.prepare_invoke();
     invocation
         .key(keys.kv(&scope.plugin.name, key))
         .key(keys.kv_index(&scope.plugin.name))
         .arg(key);
-    let removed: i64 = run_script(scope, invocation)?;
+    let removed: i64 = run_script(scope, invocation).await?;
     Ok(removed > 0)
 }
 
 /// Run one Redis command with the kv deadline.
-fn run<T: redis::FromRedisValue>(
+async fn run<T: redis::FromRedisValue>(
     scope: &DeliveryScope,
     cmd: redis::Cmd,
 ) -> Result<T, HostCallError> {
     let mut conn = scope.host.redis.clone();
-    scope.handle.block_on(async move {
-        deadline(tokio::time::timeout(KV_DEADLINE, cmd.query_async::<T>(&mut conn)).await)
-    })
+    deadline(tokio::time::timeout(KV_DEADLINE, cmd.query_async::<T>(&mut conn)).await)
 }
 
 /// Run one kv script with the kv deadline.
-fn run_script<T: redis::FromRedisValue>(
+async fn run_script<T: redis::FromRedisValue>(
     scope: &DeliveryScope,
     invocation: redis::ScriptInvocation<'_>,
 ) -> Result<T, HostCallError> {
     let mut conn = scope.host.redis.clone();
-    scope.handle.block_on(async move {
-        deadline(tokio::time::timeout(KV_DEADLINE, invocation.invoke_async::<T>(&mut conn)).await)
-    })
+    deadline(tokio::time::timeout(KV_DEADLINE, invocation.invoke_async::<T>(&mut conn)).await)
 }
 
 /// A Redis answer within the kv deadline, as the plugin sees it.

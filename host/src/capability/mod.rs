@@ -21,11 +21,13 @@
 //!   plugin, children per delivery, response sizes, policy targets and reasons);
 //! - lets a plugin reach outside its own key namespace, or pick its children's dispatch keys;
 //! - shows a signing secret to a plugin or writes it to a log;
-//! - blocks the async executor: the services run on the blocking thread of a wasm call and wait
-//!   on async work through a runtime handle, each with a deadline.
+//! - blocks the async executor: the services are futures awaited inside the wasm call's future,
+//!   which the engine drives on a blocking thread under the call's time limit (a host call still
+//!   running at the call's deadline is dropped with the call); each also has its own deadline.
 
 use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
@@ -92,14 +94,9 @@ impl HandlerHost {
     }
 
     /// The services of one delivery: `plugin` handling `parent` as handler `handler` (the name
-    /// that goes into children's dispatch keys and `causation_handler`). Build it on the async
-    /// side (it captures the current tokio runtime), keep
+    /// that goes into children's dispatch keys and `causation_handler`). Keep
     /// [`published_ids_handle`](ReceiverServices::published_ids_handle), then hand it to
     /// [`LoadedPlugin::call_handler`] (which runs on a blocking thread).
-    ///
-    /// # Panics
-    ///
-    /// Outside a tokio runtime (it captures `Handle::current()`).
     pub(crate) fn services(
         self: &Arc<Self>,
         plugin: Arc<LoadedPlugin>,
@@ -108,7 +105,6 @@ impl HandlerHost {
     ) -> ReceiverServices {
         ReceiverServices {
             scope: DeliveryScope {
-                handle: tokio::runtime::Handle::current(),
                 grants: policy::grants_json(&plugin),
                 publish_denials: self.policy.publish_denials(),
                 host: self.clone(),
@@ -125,7 +121,6 @@ impl HandlerHost {
 /// handled and the handler's name. Every capability module takes it and starts with
 /// [`authorize`](Self::authorize).
 pub(crate) struct DeliveryScope {
-    handle: tokio::runtime::Handle,
     host: Arc<HandlerHost>,
     plugin: Arc<LoadedPlugin>,
     parent: ParentEvent,
@@ -138,15 +133,15 @@ impl DeliveryScope {
     /// Check the request ([`policy::validate_request`]: `Failed` when malformed, before any
     /// policy runs), run the policy; on a denial write the audit event (if configured and not
     /// rate-limited by the [`policy::DenialLimiter`]) and return `Denied`.
-    fn authorize(&self, capability: &str, target: &str) -> Result<(), HostCallError> {
+    async fn authorize(&self, capability: &str, target: &str) -> Result<(), HostCallError> {
         policy::validate_request(capability, target).map_err(HostCallError::Failed)?;
         let grants = &self.grants;
-        let Err(reason) = self.host.policy.check_with_grants(
-            &self.plugin.name,
-            || grants.clone(),
-            capability,
-            target,
-        ) else {
+        let Err(reason) = self
+            .host
+            .policy
+            .check_with_grants_async(&self.plugin.name, || grants.clone(), capability, target)
+            .await
+        else {
             return Ok(());
         };
         let admitted = || {
@@ -163,7 +158,7 @@ impl DeliveryScope {
                 suppressed_before,
             };
             let event = policy::denial_event(&denial, &self.parent, &self.handler);
-            if let Err(e) = publish::insert(self, event) {
+            if let Err(e) = publish::insert(self, event).await {
                 tracing::error!(
                     target: "outbox::audit",
                     plugin = &*self.plugin.name,
@@ -194,12 +189,15 @@ impl ReceiverServices {
 }
 
 impl HandlerServices for ReceiverServices {
-    fn publish(&mut self, event: wit_publish::NewEvent) -> Result<i64, HostCallError> {
-        self.children.send(&self.scope, event)
+    fn publish(
+        &mut self,
+        event: wit_publish::NewEvent,
+    ) -> BoxFuture<'_, Result<i64, HostCallError>> {
+        Box::pin(self.children.send(&self.scope, event))
     }
 
-    fn kv_get(&mut self, key: String) -> Result<Option<String>, HostCallError> {
-        kv::get(&self.scope, &key)
+    fn kv_get(&mut self, key: String) -> BoxFuture<'_, Result<Option<String>, HostCallError>> {
+        Box::pin(async move { kv::get(&self.scope, &key).await })
     }
 
     fn kv_set(
@@ -207,19 +205,19 @@ impl HandlerServices for ReceiverServices {
         key: String,
         value: String,
         ttl_seconds: Option<u32>,
-    ) -> Result<(), HostCallError> {
-        kv::set(&self.scope, &key, value, ttl_seconds)
+    ) -> BoxFuture<'_, Result<(), HostCallError>> {
+        Box::pin(async move { kv::set(&self.scope, &key, value, ttl_seconds).await })
     }
 
-    fn kv_delete(&mut self, key: String) -> Result<bool, HostCallError> {
-        kv::delete(&self.scope, &key)
+    fn kv_delete(&mut self, key: String) -> BoxFuture<'_, Result<bool, HostCallError>> {
+        Box::pin(async move { kv::delete(&self.scope, &key).await })
     }
 
     fn http_send(
         &mut self,
         request: wit_http::Request,
-    ) -> Result<wit_http::Response, HostCallError> {
-        http::send(&self.scope, request)
+    ) -> BoxFuture<'_, Result<wit_http::Response, HostCallError>> {
+        Box::pin(http::send(&self.scope, request))
     }
 }
 

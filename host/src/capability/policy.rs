@@ -273,9 +273,28 @@ impl CapabilityPolicy {
         capability: &str,
         target: &str,
     ) -> Result<(), String> {
+        crate::plugin::block_on(self.check_with_grants_async(plugin, grants, capability, target))
+            .unwrap_or_else(|e| {
+                Err(format!(
+                    "plugin '{plugin}' may not use {capability}: the capability policy could not run, so the call is denied (fail closed): {e}"
+                ))
+            })
+    }
+
+    /// [`check_with_grants`](Self::check_with_grants) as a future, for a host call made inside
+    /// a handler's call: awaited in that call's future (on its blocking thread, under its
+    /// deadline). Never await it on an executor thread.
+    pub(crate) async fn check_with_grants_async(
+        &self,
+        plugin: &str,
+        grants: impl FnOnce() -> String,
+        capability: &str,
+        target: &str,
+    ) -> Result<(), String> {
         let result = match validate_request(capability, target) {
             Ok(()) => self
                 .decide(plugin, grants, capability, target)
+                .await
                 .map_err(|reason| clip(&reason, MAX_DENIAL_REASON_BYTES).to_string()),
             Err(bad) => Err(format!("plugin '{plugin}' may not use {bad}")),
         };
@@ -302,7 +321,7 @@ impl CapabilityPolicy {
         result
     }
 
-    fn decide(
+    async fn decide(
         &self,
         plugin: &str,
         grants: impl FnOnce() -> String,
@@ -352,7 +371,7 @@ impl CapabilityPolicy {
         if let Some(cached) = self.decisions.lock().ok().and_then(|d| d.get(&key)) {
             return cached;
         }
-        let decision = match policy.call_policy(&request) {
+        let decision = match policy.call_policy_in_call(&request).await {
             Ok(Decision::Allow) => Ok(()),
             Ok(Decision::Deny(reason)) => Err(reason),
             Err(PluginError::WrongWorld { found, .. }) => {

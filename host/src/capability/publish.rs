@@ -88,7 +88,7 @@ impl Children {
 
     /// `publish.send`: check the grant, build the child (dispatch key, inherited headers and
     /// tenant), validate it and insert it.
-    pub(crate) fn send(
+    pub(crate) async fn send(
         &mut self,
         scope: &DeliveryScope,
         event: wit_publish::NewEvent,
@@ -101,9 +101,9 @@ impl Children {
         let parent = &scope.parent;
         let tenant = child_tenant(parent.tenant_id.as_deref(), event.tenant_id.as_deref())
             .map_err(HostCallError::Failed)?;
-        scope.authorize(CAPABILITY, &event.event_type)?;
+        scope.authorize(CAPABILITY, &event.event_type).await?;
         if let TenantCheck::Other(other) = &tenant {
-            scope.authorize(TENANT_CAPABILITY, other)?;
+            scope.authorize(TENANT_CAPABILITY, other).await?;
         }
         let payload: serde_json::Value = serde_json::from_str(&event.payload).map_err(|e| {
             HostCallError::Failed(format!(
@@ -129,7 +129,7 @@ impl Children {
         child.tenant_id = event.tenant_id.or_else(|| parent.tenant_id.clone());
         validate_as(&child, scope.host.max_payload_bytes, Publisher::Host)
             .map_err(|e| HostCallError::Failed(e.to_string()))?;
-        let id = insert(scope, child).map_err(HostCallError::Failed)?;
+        let id = insert(scope, child).await.map_err(HostCallError::Failed)?;
         if let Ok(mut ids) = self.published.lock() {
             ids.push(id);
         }
@@ -181,7 +181,7 @@ pub(crate) fn child_tenant(
 
 /// Insert one host event (a child or a denial: reserved key prefixes allowed) in its own short
 /// transaction; the existing id when its dispatch key already names the same event.
-pub(crate) fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
+pub(crate) async fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
     let pool = &scope.host.pool;
     let limit = scope.host.max_payload_bytes.max(1024);
     let work = async move {
@@ -194,16 +194,14 @@ pub(crate) fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, Stri
             .map_err(|e| format!("publish: commit: {e}"))?;
         Ok(id)
     };
-    scope.handle.block_on(async {
-        tokio::time::timeout(DB_DEADLINE, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "publish: the database did not answer within {} s",
-                    DB_DEADLINE.as_secs()
-                ))
-            })
-    })
+    tokio::time::timeout(DB_DEADLINE, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "publish: the database did not answer within {} s",
+                DB_DEADLINE.as_secs()
+            ))
+        })
 }
 
 /// A child's headers: the parent's (anything but an object counts as `{}`), then the child's

@@ -186,9 +186,14 @@ pub struct PluginSpec {
     /// Linear memory cap per call, in MiB.
     #[serde(default)]
     pub memory_mb: Option<u64>,
-    /// Wall-clock limit per call, in milliseconds.
+    /// Wall-clock limit per call, in milliseconds: computing and waiting (sleeps, host calls,
+    /// the wait for a call slot) alike.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Calls of this plugin running at once (1 to 32, default 16); more wait for a slot, and
+    /// the wait counts against their `timeout_ms`.
+    #[serde(default)]
+    pub max_concurrency: Option<u64>,
     /// Free-form config handed to the plugin as JSON on every call.
     #[serde(default)]
     pub config: Option<toml::Value>,
@@ -397,6 +402,12 @@ impl RoutesFile {
                         ))
                     },
                 )?;
+            }
+            let max = crate::plugin::engine::MAX_CONCURRENCY as u64;
+            if let Some(n) = spec.max_concurrency.filter(|n| !(1..=max).contains(n)) {
+                return Err(invalid(format!(
+                    "[plugins.{name}]: max_concurrency must be 1 to {max}, got {n}"
+                )));
             }
             if let Some(config) = &spec.config {
                 serde_json::to_value(config).map_err(|e| {

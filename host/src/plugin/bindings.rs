@@ -1,6 +1,10 @@
 //! Host bindings generated from `plugin-sdk/wit` (the one copy of the contract). The handler
 //! and policy worlds reuse the router world's `types` and `log` so one implementation serves all.
 //!
+//! Imports and exports are generated `async`: the engine runs every call as a future (so a guest
+//! that sleeps or waits on a host call can be cut at its time limit) and the host functions
+//! (`log`, `publish`, `kv`, `http`) are `async fn`s.
+//!
 //! The generated world modules stay inside the crate (only the engine links and calls them);
 //! the WIT types callers build inputs from and read answers into are re-exported here under
 //! clear names. Nothing here calls a plugin.
@@ -11,6 +15,8 @@ pub(crate) mod router_world {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",
         world: "router",
+        imports: { default: async },
+        exports: { default: async },
     });
 }
 
@@ -20,6 +26,8 @@ pub(crate) mod handler_world {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",
         world: "handler",
+        imports: { default: async },
+        exports: { default: async },
         with: {
             "outbox:plugin/types": super::router_world::outbox::plugin::types,
             "outbox:plugin/log": super::router_world::outbox::plugin::log,
@@ -33,6 +41,8 @@ pub(crate) mod policy_world {
     wasmtime::component::bindgen!({
         path: "../plugin-sdk/wit",
         world: "policy",
+        imports: { default: async },
+        exports: { default: async },
         with: {
             "outbox:plugin/log": super::router_world::outbox::plugin::log,
         },

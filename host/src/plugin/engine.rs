@@ -1,19 +1,49 @@
 //! The wasmtime engine, narrowed to the one way outbox uses it.
 //!
 //! One [`PluginEngine`] per process: component model, pooling allocator, fuel metering and epoch
-//! interruption (a ticker thread advances the epoch every millisecond for wall-clock limits).
-//! Each call gets a fresh store from a pre-linked `InstancePre`, with a memory cap, fuel, a
-//! deadline and a deny-everything WASI context (no files, env, sockets or inherited stdio; the
-//! guest's stderr is captured into memory so a panic message can explain a trap).
+//! interruption (a ticker thread advances the epoch every millisecond). Each call gets a fresh
+//! store from a pre-linked `InstancePre`, with a [`CallLimiter`], fuel, a deadline and a
+//! deny-everything WASI context (no files, env, sockets or inherited stdio; the guest's stderr is
+//! captured into memory so a panic message can explain a trap).
+//!
+//! Limits of one call, and what enforces each:
+//! - **time** (`timeout_ms`) covers computing *and* waiting. Every call is a future (wasmtime's
+//!   async support: `instantiate_async`, async exports, WASI linked with `add_to_linker_async`,
+//!   async host functions), and the whole of it (the wait for a call slot, instantiation, the
+//!   guest, every host call it makes: WASI sleeps and polls, `kv`, `publish`, `http`, the policy
+//!   calls those make) runs under one `tokio::time::timeout_at` deadline. A guest that sleeps or
+//!   waits on a slow host call is dropped at the deadline: dropping the future unwinds the
+//!   guest's fiber and drops the store, which gives its instance and memories back to the pool.
+//!   A guest that computes never yields to that timer, so the same deadline is also an epoch
+//!   deadline that traps it; fuel bounds its instructions. Either way the error reads "exceeded
+//!   its time limit of N ms".
+//! - **memory** (`memory_mb`) caps the bytes of *all* linear memories of the call together (a
+//!   component may define several), and the counts of core instances, tables and memories are
+//!   capped per call ([`CallLimiter`]), so one call holds a bounded share of the pooling
+//!   allocator.
+//! - **concurrency** (`max_concurrency`): a plugin runs at most that many calls at once (a
+//!   semaphore per plugin, [`CallSlots`]), so a flood of calls of one plugin cannot take every
+//!   pooling slot from the others; the wait for a slot counts against the call's time limit.
+//! - **log** (`log.write`): each message is clipped and its control characters escaped (a guest
+//!   cannot forge a host log line), and a call logs at most [`MAX_LOG_MESSAGES_PER_CALL`]
+//!   messages and [`MAX_LOG_BYTES_PER_CALL`] bytes; the rest is dropped and counted in one
+//!   "log budget exceeded" line.
+//!
+//! Where a call runs: the call methods of [`LoadedPlugin`](super::LoadedPlugin) are
+//! synchronous; they drive the call's future with [`block_on`] on the calling thread, which must
+//! be a blocking thread (`spawn_blocking`), never an executor thread: a computing guest would
+//! stall the executor. Nested calls (the policy a handler's host call asks) are awaited inside
+//! the outer call's future, on the same blocking thread.
+//!
+//! Never: runs WebAssembly on an async executor thread; lets a call outlive its deadline;
+//! hands a guest a file, an environment variable, a socket or the host's stdio.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{
-    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
-    StoreLimitsBuilder, Trap,
-};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -65,10 +95,12 @@ impl std::fmt::Display for World {
 pub struct PluginLimits {
     /// Fuel per call (about one unit per WebAssembly instruction).
     pub fuel: u64,
-    /// Linear memory cap per call, bytes.
+    /// Cap on the bytes of all linear memories of one call together.
     pub memory_bytes: usize,
-    /// Wall-clock limit per call.
+    /// Wall-clock limit per call: computing, waiting for a call slot, sleeping and host calls.
     pub timeout: Duration,
+    /// Calls of this plugin running at once; more wait for a slot (within their time limit).
+    pub max_concurrency: usize,
 }
 
 impl Default for PluginLimits {
@@ -77,6 +109,7 @@ impl Default for PluginLimits {
             fuel: 2_000_000_000,
             memory_bytes: 64 << 20,
             timeout: Duration::from_millis(2000),
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
         }
     }
 }
@@ -95,6 +128,10 @@ impl PluginLimits {
                 .timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(d.timeout),
+            max_concurrency: spec
+                .max_concurrency
+                .map(|n| (n as usize).clamp(1, MAX_CONCURRENCY))
+                .unwrap_or(d.max_concurrency),
         }
     }
 }
@@ -102,35 +139,262 @@ impl PluginLimits {
 /// Largest memory cap a plugin may ask for (also the pooling allocator's slot size).
 pub const MAX_MEMORY_MB: u64 = 512;
 
+/// Calls of one plugin running at once when its spec sets no `max_concurrency`.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
+
+/// Largest `max_concurrency` a plugin may ask for: with the per-call caps below, one plugin
+/// then holds at most half of the pooling allocator's instances, memories and tables.
+pub const MAX_CONCURRENCY: usize = 32;
+
+/// Core instances one call may create (a component built with the SDK makes a handful).
+pub const MAX_INSTANCES_PER_CALL: usize = 16;
+
+/// Linear memories one call may create (a component built with the SDK has one).
+pub const MAX_MEMORIES_PER_CALL: usize = 4;
+
+/// Tables one call may create.
+pub const MAX_TABLES_PER_CALL: usize = 8;
+
+/// Elements of all tables of one call together.
+pub const MAX_TABLE_ELEMENTS_PER_CALL: usize = 100_000;
+
+/// Longest `log.write` message kept, in bytes (after escaping control characters).
+pub const MAX_LOG_MESSAGE_BYTES: usize = 4096;
+
+/// `log.write` messages one call may write; later ones are dropped and counted.
+pub const MAX_LOG_MESSAGES_PER_CALL: usize = 256;
+
+/// Bytes of `log.write` messages one call may write; later ones are dropped and counted.
+pub const MAX_LOG_BYTES_PER_CALL: usize = 64 << 10;
+
+// The pooling allocator's capacity (see `engine_config`). One plugin at `MAX_CONCURRENCY` calls,
+// each at the per-call caps, must leave at least half of every pool to the other plugins.
+const POOL_COMPONENT_INSTANCES: u32 = 256;
+const POOL_CORE_INSTANCES: u32 = 1024;
+const POOL_MEMORIES: u32 = 256;
+const POOL_TABLES: u32 = 512;
+const _: () = {
+    assert!(MAX_CONCURRENCY * 2 <= POOL_COMPONENT_INSTANCES as usize);
+    assert!(MAX_CONCURRENCY * MAX_INSTANCES_PER_CALL * 2 <= POOL_CORE_INSTANCES as usize);
+    assert!(MAX_CONCURRENCY * MAX_MEMORIES_PER_CALL * 2 <= POOL_MEMORIES as usize);
+    assert!(MAX_CONCURRENCY * MAX_TABLES_PER_CALL * 2 <= POOL_TABLES as usize);
+};
+
+/// The call slots of one plugin: at most `max_concurrency` of its calls run at once. Shared by
+/// the versions of a plugin (a hot reload keeps the slots while the limit is unchanged).
+#[derive(Debug, Clone)]
+pub struct CallSlots {
+    semaphore: Arc<tokio::sync::Semaphore>,
+    size: usize,
+}
+
+impl CallSlots {
+    /// `size` slots (at least one).
+    pub fn new(size: usize) -> Self {
+        let size = size.max(1);
+        Self {
+            semaphore: Arc::new(tokio::sync::Semaphore::new(size)),
+            size,
+        }
+    }
+
+    /// How many calls may run at once.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+/// Who a call is of: the plugin's name, its limits and its call slots.
+#[derive(Clone, Copy)]
+pub(crate) struct CallOf<'a> {
+    /// Plugin name (in errors, logs and metrics).
+    pub(crate) plugin: &'a Arc<str>,
+    /// Its limits.
+    pub(crate) limits: &'a PluginLimits,
+    /// Its call slots.
+    pub(crate) slots: &'a CallSlots,
+}
+
 /// Host services a handler plugin may call (`publish`, `kv`, `http`), provided by the receiver
 /// for the delivery being handled (its implementation, in [`crate::capability`], checks every
-/// call with the capability policy before doing anything).
+/// call with the capability policy before doing anything). Each returns a future that the call
+/// awaits under its time limit: a slow database, Redis or network answer is cut at the call's
+/// deadline (the future is dropped).
 pub trait HandlerServices: Send {
     /// `publish.send`.
-    fn publish(&mut self, event: WitNewEvent) -> Result<i64, HostCallError>;
+    fn publish(&mut self, event: WitNewEvent) -> BoxFuture<'_, Result<i64, HostCallError>>;
     /// `kv.get`.
-    fn kv_get(&mut self, key: String) -> Result<Option<String>, HostCallError>;
+    fn kv_get(&mut self, key: String) -> BoxFuture<'_, Result<Option<String>, HostCallError>>;
     /// `kv.set`.
     fn kv_set(
         &mut self,
         key: String,
         value: String,
         ttl_seconds: Option<u32>,
-    ) -> Result<(), HostCallError>;
+    ) -> BoxFuture<'_, Result<(), HostCallError>>;
     /// `kv.delete`.
-    fn kv_delete(&mut self, key: String) -> Result<bool, HostCallError>;
+    fn kv_delete(&mut self, key: String) -> BoxFuture<'_, Result<bool, HostCallError>>;
     /// `http.send`.
-    fn http_send(&mut self, request: HttpRequest) -> Result<HttpResponse, HostCallError>;
+    fn http_send(
+        &mut self,
+        request: HttpRequest,
+    ) -> BoxFuture<'_, Result<HttpResponse, HostCallError>>;
+}
+
+/// The resource limiter of one call: all linear memories of the store together stay within the
+/// plugin's memory cap (not each memory on its own), table elements likewise, and the counts of
+/// core instances, tables and memories stay within the per-call caps.
+#[derive(Debug)]
+pub(crate) struct CallLimiter {
+    memory_cap: usize,
+    memory_used: usize,
+    /// The last growth allowed, given back if the growth then fails.
+    memory_pending: usize,
+    table_elements_used: usize,
+    table_pending: usize,
+    /// Set when the call hit a cap: how [`describe_failure`] explains it.
+    exceeded: Option<String>,
+}
+
+/// A call hit a cap of its [`CallLimiter`] (the error a memory or table growth traps with).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct LimitExceeded(String);
+
+impl CallLimiter {
+    /// A limiter capping all memories of the call at `memory_cap` bytes together.
+    pub(crate) fn new(memory_cap: usize) -> Self {
+        Self {
+            memory_cap,
+            memory_used: 0,
+            memory_pending: 0,
+            table_elements_used: 0,
+            table_pending: 0,
+            exceeded: None,
+        }
+    }
+
+    /// Bytes of linear memory the call's memories hold now.
+    #[cfg(test)]
+    pub(crate) fn memory_used(&self) -> usize {
+        self.memory_used
+    }
+
+    fn exceed(&mut self, message: String) -> wasmtime::Error {
+        self.exceeded = Some(message.clone());
+        wasmtime::Error::new(LimitExceeded(message))
+    }
+}
+
+impl wasmtime::ResourceLimiter for CallLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let more = desired.saturating_sub(current);
+        let total = self.memory_used.saturating_add(more);
+        if total > self.memory_cap {
+            return Err(self.exceed(format!(
+                "exceeded its memory limit of {} MiB (all its memories together would hold {} MiB)",
+                self.memory_cap >> 20,
+                total >> 20
+            )));
+        }
+        self.memory_used = total;
+        self.memory_pending = more;
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.memory_used -= std::mem::take(&mut self.memory_pending);
+        Ok(())
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let more = desired.saturating_sub(current);
+        let total = self.table_elements_used.saturating_add(more);
+        if total > MAX_TABLE_ELEMENTS_PER_CALL {
+            return Err(self.exceed(format!(
+                "exceeded its table limit of {MAX_TABLE_ELEMENTS_PER_CALL} elements per call"
+            )));
+        }
+        self.table_elements_used = total;
+        self.table_pending = more;
+        Ok(true)
+    }
+
+    fn table_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.table_elements_used -= std::mem::take(&mut self.table_pending);
+        Ok(())
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES_PER_CALL
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES_PER_CALL
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES_PER_CALL
+    }
+}
+
+/// What one call has logged so far, against the per-call log budget.
+#[derive(Debug, Default)]
+struct LogBudget {
+    messages: usize,
+    bytes: usize,
+    dropped: usize,
+}
+
+/// A guest's log message as the host logs it: control characters (newlines, carriage returns,
+/// escape sequences), Unicode line/paragraph separators and bidirectional overrides are written
+/// as visible escapes (`\n`, `\u{1b}`), so a message stays on one line and cannot pass for a
+/// host log line; then clipped to [`MAX_LOG_MESSAGE_BYTES`] bytes at a character boundary.
+pub fn sanitize_log_message(message: &str) -> String {
+    use std::fmt::Write as _;
+    const CLIPPED: &str = " [clipped]";
+    let mut out = String::with_capacity(message.len().min(MAX_LOG_MESSAGE_BYTES) + CLIPPED.len());
+    for c in message.chars() {
+        let before = out.len();
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control()
+                || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+        if out.len() > MAX_LOG_MESSAGE_BYTES {
+            out.truncate(before);
+            out.push_str(CLIPPED);
+            break;
+        }
+    }
+    out
 }
 
 /// The store data of one call.
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limiter: CallLimiter,
     plugin: Arc<str>,
     stderr: MemoryOutputPipe,
     services: Option<Box<dyn HandlerServices>>,
+    log: LogBudget,
 }
 
 impl WasiView for HostState {
@@ -145,9 +409,22 @@ impl WasiView for HostState {
 impl router_world::outbox::plugin::types::Host for HostState {}
 
 impl router_world::outbox::plugin::log::Host for HostState {
-    fn write(&mut self, level: router_world::outbox::plugin::log::Level, message: String) {
+    async fn write(&mut self, level: router_world::outbox::plugin::log::Level, message: String) {
         use router_world::outbox::plugin::log::Level;
-        let message: String = message.chars().take(4096).collect();
+        let budget = &mut self.log;
+        if budget.messages >= MAX_LOG_MESSAGES_PER_CALL || budget.bytes >= MAX_LOG_BYTES_PER_CALL {
+            // Spent: drop without looking at the message.
+            budget.dropped += 1;
+            return;
+        }
+        let message = sanitize_log_message(&message);
+        if budget.bytes + message.len() > MAX_LOG_BYTES_PER_CALL {
+            budget.bytes = MAX_LOG_BYTES_PER_CALL;
+            budget.dropped += 1;
+            return;
+        }
+        budget.messages += 1;
+        budget.bytes += message.len();
         let plugin = &*self.plugin;
         match level {
             Level::Trace => tracing::trace!(target: "outbox::plugin", plugin, "{message}"),
@@ -166,44 +443,44 @@ fn unavailable(what: &str) -> HostCallError {
 }
 
 impl handler_world::outbox::plugin::publish::Host for HostState {
-    fn send(&mut self, event: WitNewEvent) -> Result<i64, HostCallError> {
+    async fn send(&mut self, event: WitNewEvent) -> Result<i64, HostCallError> {
         match &mut self.services {
-            Some(s) => s.publish(event),
+            Some(s) => s.publish(event).await,
             None => Err(unavailable("publish")),
         }
     }
 }
 
 impl handler_world::outbox::plugin::kv::Host for HostState {
-    fn get(&mut self, key: String) -> Result<Option<String>, HostCallError> {
+    async fn get(&mut self, key: String) -> Result<Option<String>, HostCallError> {
         match &mut self.services {
-            Some(s) => s.kv_get(key),
+            Some(s) => s.kv_get(key).await,
             None => Err(unavailable("kv")),
         }
     }
-    fn set(
+    async fn set(
         &mut self,
         key: String,
         value: String,
         ttl_seconds: Option<u32>,
     ) -> Result<(), HostCallError> {
         match &mut self.services {
-            Some(s) => s.kv_set(key, value, ttl_seconds),
+            Some(s) => s.kv_set(key, value, ttl_seconds).await,
             None => Err(unavailable("kv")),
         }
     }
-    fn delete(&mut self, key: String) -> Result<bool, HostCallError> {
+    async fn delete(&mut self, key: String) -> Result<bool, HostCallError> {
         match &mut self.services {
-            Some(s) => s.kv_delete(key),
+            Some(s) => s.kv_delete(key).await,
             None => Err(unavailable("kv")),
         }
     }
 }
 
 impl handler_world::outbox::plugin::http::Host for HostState {
-    fn send(&mut self, request: HttpRequest) -> Result<HttpResponse, HostCallError> {
+    async fn send(&mut self, request: HttpRequest) -> Result<HttpResponse, HostCallError> {
         match &mut self.services {
-            Some(s) => s.http_send(request),
+            Some(s) => s.http_send(request).await,
             None => Err(unavailable("http")),
         }
     }
@@ -276,7 +553,7 @@ impl PluginEngine {
             .map_err(|e| PluginError::Engine(format!("epoch ticker: {e}")))?;
         let linker = |add: fn(&mut Linker<HostState>) -> wasmtime::Result<()>| -> Result<Arc<Linker<HostState>>, PluginError> {
             let mut linker = Linker::new(&engine);
-            wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
             add(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
             Ok(Arc::new(linker))
         };
@@ -362,9 +639,10 @@ impl PluginEngine {
         &self,
         plugin: &Arc<str>,
         limits: &PluginLimits,
+        time_left: Duration,
         services: Option<Box<dyn HandlerServices>>,
+        stderr: MemoryOutputPipe,
     ) -> Result<Store<HostState>, wasmtime::Error> {
-        let stderr = MemoryOutputPipe::new(8192);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
             .allow_blocking_current_thread(false)
@@ -372,21 +650,16 @@ impl PluginEngine {
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .instances(64)
-                .tables(64)
-                .memories(16)
-                .trap_on_grow_failure(true)
-                .build(),
+            limiter: CallLimiter::new(limits.memory_bytes),
             plugin: plugin.clone(),
             stderr,
             services,
+            log: LogBudget::default(),
         };
         let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limits);
+        store.limiter(|s| &mut s.limiter);
         store.set_fuel(limits.fuel)?;
-        let ticks = (limits.timeout.as_millis() as u64 / EPOCH_TICK.as_millis() as u64).max(1);
+        let ticks = (time_left.as_millis() as u64 / EPOCH_TICK.as_millis() as u64).max(1);
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
         Ok(store)
@@ -395,63 +668,66 @@ impl PluginEngine {
     /// Run one call of a router plugin. Low level: callers with a loaded plugin use
     /// [`LoadedPlugin::call_router`](super::LoadedPlugin::call_router), which also checks the
     /// world and counts the call.
-    pub(crate) fn call_router(
+    pub(crate) async fn call_router(
         &self,
-        plugin: &Arc<str>,
+        of: CallOf<'_>,
         pre: &router_world::RouterPre<HostState>,
-        limits: &PluginLimits,
         config: &str,
         events: &[super::bindings::WitEvent],
     ) -> Result<Vec<super::bindings::WitRouteDecision>, PluginError> {
-        self.run(plugin, limits, None, |store| {
-            let instance = pre.instantiate(&mut *store)?;
+        self.run(of, None, async |store: &mut Store<HostState>| {
+            let instance = pre.instantiate_async(&mut *store).await?;
             instance
                 .outbox_plugin_router_api()
                 .call_route(&mut *store, config, events)
+                .await
         })
+        .await
     }
 
     /// Run one call of a handler plugin with the receiver's services. Low level: callers with a
     /// loaded plugin use [`LoadedPlugin::call_handler`](super::LoadedPlugin::call_handler).
-    pub(crate) fn call_handler(
+    pub(crate) async fn call_handler(
         &self,
-        plugin: &Arc<str>,
+        of: CallOf<'_>,
         pre: &handler_world::HandlerPre<HostState>,
-        limits: &PluginLimits,
         services: Option<Box<dyn HandlerServices>>,
         config: &str,
         delivery: &super::bindings::Delivery,
     ) -> Result<super::bindings::Outcome, PluginError> {
-        self.run(plugin, limits, services, |store| {
-            let instance = pre.instantiate(&mut *store)?;
+        self.run(of, services, async |store: &mut Store<HostState>| {
+            let instance = pre.instantiate_async(&mut *store).await?;
             instance
                 .outbox_plugin_handler_api()
                 .call_handle(&mut *store, config, delivery)
+                .await
         })
+        .await
     }
 
     /// Run one call of a policy plugin. Low level: callers with a loaded plugin use
     /// [`LoadedPlugin::call_policy`](super::LoadedPlugin::call_policy).
-    pub(crate) fn call_policy(
+    pub(crate) async fn call_policy(
         &self,
-        plugin: &Arc<str>,
+        of: CallOf<'_>,
         pre: &policy_world::PolicyPre<HostState>,
-        limits: &PluginLimits,
         config: &str,
         request: &super::bindings::CapabilityRequest,
     ) -> Result<super::bindings::Decision, PluginError> {
-        self.run(plugin, limits, None, |store| {
-            let instance = pre.instantiate(&mut *store)?;
+        self.run(of, None, async |store: &mut Store<HostState>| {
+            let instance = pre.instantiate_async(&mut *store).await?;
             instance
                 .outbox_plugin_policy_api()
                 .call_check(&mut *store, config, request)
+                .await
         })
+        .await
     }
 
     /// Average cost of creating a store and instantiating a pre-linked plugin, without calling
     /// it (what every call pays before the guest runs); see
     /// [`LoadedPlugin::time_instantiation`](super::LoadedPlugin::time_instantiation).
-    pub(crate) fn time_instantiation(
+    pub(crate) async fn time_instantiation(
         &self,
         plugin: &Arc<str>,
         prepared: &Prepared,
@@ -464,43 +740,137 @@ impl PluginEngine {
         };
         let started = Instant::now();
         for _ in 0..iterations {
-            let mut store = self.store(plugin, limits, None).map_err(fail)?;
+            let stderr = MemoryOutputPipe::new(8192);
+            let mut store = self
+                .store(plugin, limits, limits.timeout, None, stderr)
+                .map_err(fail)?;
             match prepared {
                 Prepared::Router(pre) => {
-                    pre.instantiate(&mut store).map_err(fail)?;
+                    pre.instantiate_async(&mut store).await.map_err(fail)?;
                 }
                 Prepared::Handler(pre) => {
-                    pre.instantiate(&mut store).map_err(fail)?;
+                    pre.instantiate_async(&mut store).await.map_err(fail)?;
                 }
                 Prepared::Policy(pre) => {
-                    pre.instantiate(&mut store).map_err(fail)?;
+                    pre.instantiate_async(&mut store).await.map_err(fail)?;
                 }
             }
         }
         Ok(started.elapsed() / iterations.max(1))
     }
 
-    fn run<R>(
+    /// One call: wait for a call slot, make a store, run `call` in it, all before one deadline
+    /// (`limits.timeout` from now). At the deadline the call's future is dropped wherever it
+    /// waits (for a slot, in a WASI sleep or poll, in a host call); a computing guest is trapped
+    /// by the epoch deadline set to the same instant.
+    async fn run<R>(
         &self,
-        plugin: &Arc<str>,
-        limits: &PluginLimits,
+        of: CallOf<'_>,
         services: Option<Box<dyn HandlerServices>>,
-        call: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
+        call: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, PluginError> {
+        let CallOf {
+            plugin,
+            limits,
+            slots,
+        } = of;
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now()
+            .checked_add(limits.timeout)
+            .unwrap_or_else(far_future);
+        let failed = |message: String| PluginError::Call {
+            plugin: plugin.to_string(),
+            message,
+        };
+        let _permit = match tokio::time::timeout_at(deadline, slots.semaphore.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(failed("its call slots are closed".into())),
+            Err(_) => {
+                metrics::counter!("outbox_plugin_timeouts_total", "plugin" => plugin.to_string())
+                    .increment(1);
+                return Err(failed(format!(
+                    "exceeded its time limit of {} ms waiting for a call slot (all {} of its max_concurrency slots were busy)",
+                    limits.timeout.as_millis(),
+                    slots.size
+                )));
+            }
+        };
+        let stderr = MemoryOutputPipe::new(8192);
+        let time_left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let mut store = self
-            .store(plugin, limits, services)
-            .map_err(|e| PluginError::Call {
-                plugin: plugin.to_string(),
-                message: format!("cannot create a store: {e:#}"),
-            })?;
-        let result = call(&mut store);
+            .store(plugin, limits, time_left, services, stderr.clone())
+            .map_err(|e| failed(format!("cannot create a store: {e:#}")))?;
+        let result = tokio::time::timeout_at(deadline, call(&mut store)).await;
         metrics::histogram!("outbox_plugin_call_seconds", "plugin" => plugin.to_string())
             .record(started.elapsed().as_secs_f64());
-        result.map_err(|e| PluginError::Call {
-            plugin: plugin.to_string(),
-            message: describe_failure(&e, limits, &store),
-        })
+        report_dropped_logs(plugin, &store.data().log);
+        match result {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(failed(describe_failure(&e, limits, &store))),
+            Err(_) => {
+                // The call's future is gone (its fiber unwound); dropping the store below gives
+                // its instance and memories back to the pool.
+                metrics::counter!("outbox_plugin_timeouts_total", "plugin" => plugin.to_string())
+                    .increment(1);
+                let mut message = format!(
+                    "exceeded its time limit of {} ms while waiting (a sleep, a poll or a host call)",
+                    limits.timeout.as_millis()
+                );
+                push_stderr(&mut message, &stderr);
+                Err(failed(message))
+            }
+        }
+    }
+}
+
+/// An instant no call reaches (a timeout too large to add to now).
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86400 * 365 * 30)
+}
+
+/// One line for the log messages a call dropped over its budget.
+fn report_dropped_logs(plugin: &str, log: &LogBudget) {
+    if log.dropped > 0 {
+        metrics::counter!("outbox_plugin_log_dropped_total", "plugin" => plugin.to_string())
+            .increment(log.dropped as u64);
+        tracing::warn!(
+            target: "outbox::plugin",
+            plugin,
+            dropped = log.dropped,
+            "log budget exceeded: {} messages of this call dropped (budget: {MAX_LOG_MESSAGES_PER_CALL} messages, {MAX_LOG_BYTES_PER_CALL} bytes per call)",
+            log.dropped
+        );
+    }
+}
+
+/// Drive a plugin call's future to completion on the current thread, which must be a blocking
+/// thread (`spawn_blocking`, or a thread outside any runtime), never an async executor thread:
+/// the guest runs on this thread. Inside a tokio runtime it uses the runtime's timers and I/O
+/// (the receiver's Redis and database connections); outside one, a small runtime of the engine.
+///
+/// # Panics
+///
+/// When called from an async task (tokio refuses to block an executor thread); run the call in
+/// `tokio::task::spawn_blocking` instead.
+pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, PluginError> {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        return Ok(handle.block_on(future));
+    }
+    static FALLBACK: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    let runtime = FALLBACK.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("outbox-plugin-timers")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    match runtime {
+        Ok(runtime) => Ok(runtime.handle().block_on(future)),
+        Err(e) => Err(PluginError::Engine(format!(
+            "no tokio runtime to run a plugin call on: {e}"
+        ))),
     }
 }
 
@@ -512,10 +882,10 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(256)
-            .total_core_instances(1024)
-            .total_memories(256)
-            .total_tables(512)
+        pool.total_component_instances(POOL_COMPONENT_INSTANCES)
+            .total_core_instances(POOL_CORE_INSTANCES)
+            .total_memories(POOL_MEMORIES)
+            .total_tables(POOL_TABLES)
             .max_memory_size((MAX_MEMORY_MB as usize) << 20);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
@@ -538,21 +908,23 @@ fn describe_failure(
             "exceeded its time limit of {} ms",
             limits.timeout.as_millis()
         ),
+        _ if store.data().limiter.exceeded.is_some() => {
+            store.data().limiter.exceeded.clone().unwrap_or_default()
+        }
         Some(trap) => format!("trapped: {trap}"),
         None => {
             let root = error.root_cause().to_string();
             let root = root.lines().next().unwrap_or_default();
-            if format!("{error:#}").contains("forcing trap when growing memory") {
-                format!(
-                    "exceeded its memory limit of {} MiB ({root})",
-                    limits.memory_bytes >> 20
-                )
-            } else {
-                format!("failed: {root}")
-            }
+            format!("failed: {root}")
         }
     };
-    let stderr = store.data().stderr.contents();
+    push_stderr(&mut message, &store.data().stderr);
+    message
+}
+
+/// Append what the guest printed to stderr (a Rust panic message, say), clipped.
+fn push_stderr(message: &mut String, stderr: &MemoryOutputPipe) {
+    let stderr = stderr.contents();
     let stderr = String::from_utf8_lossy(&stderr);
     let stderr: Vec<&str> = stderr
         .lines()
@@ -563,7 +935,6 @@ fn describe_failure(
         let tail: String = stderr.chars().take(600).collect();
         message.push_str(&format!(" (guest stderr: {tail})"));
     }
-    message
 }
 
 /// Whether a plugin built against WIT `version` works with the host's `host` version (semver:
@@ -582,7 +953,53 @@ pub fn compatible(version: &str, host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::compatible;
+    use super::*;
+    use wasmtime::ResourceLimiter;
+
+    #[test]
+    fn memory_cap_counts_every_memory_of_the_call_together() {
+        let mib = 1usize << 20;
+        let mut limiter = CallLimiter::new(16 * mib);
+        // Three memories of 5 MiB each fit a 16 MiB cap; each on its own always did.
+        for _ in 0..3 {
+            assert!(limiter.memory_growing(0, 5 * mib, None).unwrap());
+        }
+        assert_eq!(limiter.memory_used(), 15 * mib);
+        // A fourth memory of 5 MiB is under the cap alone, but not with the others.
+        let err = limiter.memory_growing(0, 5 * mib, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "exceeded its memory limit of 16 MiB (all its memories together would hold 20 MiB)"
+        );
+        assert!(limiter.exceeded.is_some());
+        // Growing one memory by 1 MiB still fits; a failed growth gives its share back.
+        assert!(limiter.memory_growing(5 * mib, 6 * mib, None).unwrap());
+        limiter
+            .memory_grow_failed(wasmtime::Error::msg("over the memory's maximum"))
+            .unwrap();
+        assert_eq!(limiter.memory_used(), 15 * mib);
+        assert!(limiter.memory_growing(5 * mib, 6 * mib, None).unwrap());
+        assert!(limiter.memory_growing(6 * mib, 7 * mib, None).is_err());
+        assert_eq!(limiter.memories(), MAX_MEMORIES_PER_CALL);
+        assert_eq!(limiter.instances(), MAX_INSTANCES_PER_CALL);
+    }
+
+    #[test]
+    fn guest_log_messages_cannot_forge_host_lines() {
+        let forged = "ok\n2026-01-01T00:00:00Z  INFO outbox::audit: capability allowed\r\x1b[2J\u{2028}\u{202e}x\ty";
+        let clean = sanitize_log_message(forged);
+        assert_eq!(
+            clean,
+            "ok\\n2026-01-01T00:00:00Z  INFO outbox::audit: capability allowed\\r\\u{1b}[2J\\u{2028}\\u{202e}x\\ty"
+        );
+        assert!(!clean.chars().any(|c| c.is_control()));
+        assert_eq!(sanitize_log_message("plain, ünïcödé"), "plain, ünïcödé");
+        let long = sanitize_log_message(&"é".repeat(10_000));
+        assert!(long.len() <= MAX_LOG_MESSAGE_BYTES + " [clipped]".len());
+        assert!(long.ends_with(" [clipped]"), "{}", &long[long.len() - 20..]);
+        let escapes = sanitize_log_message(&"\n".repeat(10_000));
+        assert!(escapes.len() <= MAX_LOG_MESSAGE_BYTES + " [clipped]".len());
+    }
 
     #[test]
     fn wit_versions_follow_semver() {

@@ -5,9 +5,10 @@
 //! call a plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
 //! [`LoadedPlugin::call_policy`]), and the [`PluginRouter`] that routes through a router plugin.
 //! The host services a handler may call live in [`crate::capability`]. A plugin call never
-//! blocks the async executor (callers run it on a blocking thread), never outlives its limits,
-//! and a plugin that traps, loops or eats memory fails only its own call: the error comes back
-//! as text for the event's `last_error`.
+//! blocks the async executor (callers run it on a blocking thread), never outlives its limits
+//! (its time limit covers sleeping and host calls as well as computing), and a plugin that
+//! traps, loops, sleeps or eats memory fails only its own call: the error comes back as text
+//! for the event's `last_error`.
 
 /// The WIT types generated from `plugin-sdk/wit` (events, deliveries, outcomes, decisions),
 /// public so operator tools such as `outbox plugins call` can build inputs and read answers;
@@ -18,7 +19,7 @@ pub mod registry;
 pub mod reload;
 pub mod router;
 
-pub use engine::{PluginEngine, PluginLimits, World};
+pub use engine::{block_on, CallSlots, PluginEngine, PluginLimits, World};
 pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry};
 pub use router::PluginRouter;
 

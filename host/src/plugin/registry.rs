@@ -5,8 +5,11 @@
 //! one way to call a loaded plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
 //! [`LoadedPlugin::call_policy`]: world check, limits, config, counters). A failed load never
 //! replaces what is serving. Calls look a plugin up once and keep that version to the end, so a
-//! swap never changes a call in flight. It never decides what a plugin may do (that is the
-//! capability policy's job) and never runs a call on the async executor.
+//! swap never changes a call in flight. Each plugin name owns its call slots ([`CallSlots`],
+//! `max_concurrency`), kept across reloads while the limit is unchanged. It never decides what a
+//! plugin may do (that is the capability policy's job) and never runs a call on the async
+//! executor: the call methods are synchronous and block the (blocking) thread they are called
+//! on until the call ends or its time limit cuts it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -18,7 +21,9 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use super::bindings::{CapabilityRequest, Decision, Delivery, Outcome, WitEvent, WitRouteDecision};
-use super::engine::{HandlerServices, PluginEngine, PluginLimits, Prepared, World};
+use super::engine::{
+    block_on, CallOf, CallSlots, HandlerServices, PluginEngine, PluginLimits, Prepared, World,
+};
 use super::{PluginError, WIT_VERSION};
 use crate::config::{PluginSpec, RoutesFile};
 
@@ -69,6 +74,8 @@ pub struct LoadedPlugin {
     pub calls: Arc<AtomicU64>,
     /// Failed calls since this plugin name was first loaded.
     pub errors: Arc<AtomicU64>,
+    /// At most `limits.max_concurrency` calls of this plugin run at once.
+    slots: CallSlots,
     /// The engine that compiled it and runs its calls.
     engine: PluginEngine,
 }
@@ -92,6 +99,7 @@ impl LoadedPlugin {
             spec,
             calls: Arc::default(),
             errors: Arc::default(),
+            slots: CallSlots::new(limits.max_concurrency),
             engine: engine.clone(),
         }
     }
@@ -101,12 +109,12 @@ impl LoadedPlugin {
     /// pays before the guest runs. Not counted as calls. Runs WebAssembly setup: call it from a
     /// blocking thread.
     pub fn time_instantiation(&self, iterations: u32) -> Result<std::time::Duration, PluginError> {
-        self.engine.time_instantiation(
+        block_on(self.engine.time_instantiation(
             &self.name,
             &self.compiled.prepared,
             &self.limits,
             iterations,
-        )
+        ))?
     }
 
     /// The plugin's world.
@@ -130,15 +138,18 @@ impl LoadedPlugin {
     /// the plugin's limits and config; counted in its calls/errors. An answer that does not
     /// hold exactly one decision per event (in order) is a failed call.
     /// [`PluginError::WrongWorld`] (not counted as a call) when this is not a router.
-    /// Runs WebAssembly: call it from a blocking thread.
+    /// Runs WebAssembly and blocks until the call ends or its time limit cuts it: call it from a
+    /// blocking thread (see [`block_on`]).
     pub fn call_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
         let Prepared::Router(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Router));
         };
-        let answer = self
-            .engine
-            .call_router(&self.name, pre, &self.limits, &self.config_json, events)
-            .map_err(|e| self.explain_config_refusal(e))
+        let answer = block_on(
+            self.engine
+                .call_router(self.call_of(), pre, &self.config_json, events),
+        )
+        .and_then(|answer| answer)
+        .map_err(|e| self.explain_config_refusal(e))
             .and_then(|answer| {
                 if answer.len() == events.len() {
                     Ok(answer)
@@ -160,7 +171,8 @@ impl LoadedPlugin {
     /// Handle one delivery with this handler plugin, its host calls served by `services`
     /// (`None`: offline, every host call answers "not available"), with the plugin's limits and
     /// config; counted in its calls/errors. [`PluginError::WrongWorld`] (not counted as a call)
-    /// when this is not a handler. Runs WebAssembly: call it from a blocking thread.
+    /// when this is not a handler. Runs WebAssembly and blocks until the call ends or its time
+    /// limit cuts it (host calls included): call it from a blocking thread (see [`block_on`]).
     pub fn call_handler(
         &self,
         services: Option<Box<dyn HandlerServices>>,
@@ -169,35 +181,45 @@ impl LoadedPlugin {
         let Prepared::Handler(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Handler));
         };
-        let outcome = self
-            .engine
-            .call_handler(
-                &self.name,
-                pre,
-                &self.limits,
-                services,
-                &self.config_json,
-                delivery,
-            )
-            .map(|outcome| match outcome {
-                Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
-                Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
-                ok => ok,
-            });
+        let outcome = block_on(self.engine.call_handler(
+            self.call_of(),
+            pre,
+            services,
+            &self.config_json,
+            delivery,
+        ))
+        .and_then(|outcome| outcome)
+        .map(|outcome| match outcome {
+            Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
+            Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
+            ok => ok,
+        });
         self.record_call(outcome.is_ok());
         outcome
     }
 
     /// Ask this policy plugin about one capability request, with the plugin's limits and
     /// config; counted in its calls/errors. [`PluginError::WrongWorld`] (not counted as a call)
-    /// when this is not a policy. Runs WebAssembly: call it from a blocking thread.
+    /// when this is not a policy. Runs WebAssembly and blocks until the call ends or its time
+    /// limit cuts it: call it from a blocking thread (see [`block_on`]).
     pub fn call_policy(&self, request: &CapabilityRequest) -> Result<Decision, PluginError> {
+        block_on(self.call_policy_in_call(request)).and_then(|decision| decision)
+    }
+
+    /// [`call_policy`](Self::call_policy) as a future, for a policy check made by a host call
+    /// of another plugin's call: awaited inside that call's future (so on its blocking thread,
+    /// under its deadline as well as this plugin's own). Never await it on an executor thread.
+    pub(crate) async fn call_policy_in_call(
+        &self,
+        request: &CapabilityRequest,
+    ) -> Result<Decision, PluginError> {
         let Prepared::Policy(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Policy));
         };
         let decision = self
             .engine
-            .call_policy(&self.name, pre, &self.limits, &self.config_json, request)
+            .call_policy(self.call_of(), pre, &self.config_json, request)
+            .await
             .map(|decision| match decision {
                 Decision::Deny(reason) => Decision::Deny(super::bounded_reason(&reason)),
                 allow => allow,
@@ -214,10 +236,12 @@ impl LoadedPlugin {
         let Prepared::Router(pre) = &self.compiled.prepared else {
             return Ok(());
         };
-        match self
-            .engine
-            .call_router(&self.name, pre, &self.limits, &self.config_json, &[])
-            .map_err(|e| self.explain_config_refusal(e))
+        match block_on(
+            self.engine
+                .call_router(self.call_of(), pre, &self.config_json, &[]),
+        )
+        .and_then(|answer| answer)
+        .map_err(|e| self.explain_config_refusal(e))
         {
             Err(e @ PluginError::Config { .. }) => Err(e),
             _ => Ok(()),
@@ -239,6 +263,14 @@ impl LoadedPlugin {
                 None => error,
             },
             _ => error,
+        }
+    }
+
+    fn call_of(&self) -> CallOf<'_> {
+        CallOf {
+            plugin: &self.name,
+            limits: &self.limits,
+            slots: &self.slots,
         }
     }
 
@@ -394,9 +426,16 @@ impl PluginRegistry {
                 }
             };
             compiled_now.insert(path, compiled.clone());
+            let limits = PluginLimits::from_spec(spec);
+            // Calls in flight keep their slots across a reload unless the limit changed.
+            let slots = match old {
+                Some(o) if o.limits.max_concurrency == limits.max_concurrency => o.slots.clone(),
+                _ => CallSlots::new(limits.max_concurrency),
+            };
             let plugin = LoadedPlugin {
                 name: Arc::from(name.as_str()),
-                limits: PluginLimits::from_spec(spec),
+                limits,
+                slots,
                 config_json: plugin_config_json(name, spec, routes, compiled.prepared.world()),
                 spec: spec.clone(),
                 calls: old.map(|o| o.calls.clone()).unwrap_or_default(),
@@ -476,6 +515,7 @@ impl PluginRegistry {
                     spec: user.spec.clone(),
                     calls: user.calls.clone(),
                     errors: user.errors.clone(),
+                    slots: user.slots.clone(),
                     engine: self.engine.clone(),
                 }),
             );

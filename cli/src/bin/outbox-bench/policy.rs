@@ -67,7 +67,8 @@ pub(crate) async fn run(args: &Args, live: &LiveConfig) -> anyhow::Result<()> {
         .with_context(|| format!("{POLICY_PLUGIN} not loaded"))?;
     let n = args.policy_checks;
     let denials = (n / 10).max(1);
-    let inst = policy_plugin.time_instantiation(2000)?;
+    let inst =
+        tokio::task::spawn_blocking(move || policy_plugin.time_instantiation(2000)).await??;
     let policy = CapabilityPolicy::with_plugin(registry, POLICY_PLUGIN);
     let figures = tokio::task::spawn_blocking(move || -> anyhow::Result<[f64; 8]> {
         let plugin: &LoadedPlugin = &plugin;

@@ -170,22 +170,17 @@ pub fn call_plugin_file(
     let name = plugin_name_of(path);
     let world = compiled.world();
     let (config_json, config_source) = call_config(config, &name, world, input.config.as_deref())?;
-    let limits = PluginLimits::default();
+    // A plugin declared in routes.toml runs with its declared limits, as the host would.
+    let spec = match config.routes.plugins.get(&name) {
+        Some(spec) => spec.clone(),
+        None => empty_spec()?,
+    };
+    let limits = PluginLimits::from_spec(&spec);
     let mut out = format!(
         "{name}: world {world}, sha256 {}, config: {config_source}\n",
         short_hash(&compiled.hash)
     );
-    let plugin = LoadedPlugin::standalone(
-        &engine,
-        &name,
-        compiled,
-        limits,
-        config_json,
-        match config.routes.plugins.get(&name) {
-            Some(spec) => spec.clone(),
-            None => empty_spec()?,
-        },
-    );
+    let plugin = LoadedPlugin::standalone(&engine, &name, compiled, limits, config_json, spec);
     let failed = |e: outbox_host::plugin::PluginError, took: Duration| {
         anyhow::anyhow!("{e} (after {:.1} ms)", took.as_secs_f64() * 1e3)
     };
