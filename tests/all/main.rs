@@ -10,3 +10,4 @@ mod http;
 mod plugins;
 mod publish;
 mod receive;
+mod reload;
