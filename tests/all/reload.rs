@@ -91,6 +91,11 @@ async fn routes_naming_a_plugin_whose_wasm_arrives_later_apply_when_the_file_app
     dispatcher.drain().await.unwrap();
     assert_eq!(env.event_ids("outbox.mail").await, vec![early]);
 
+    // Let the watcher see the routes.toml write too (it waits as well), so that only the
+    // arrival of the file can apply the change.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(live.routes.load().router.overrides.is_empty());
+
     // The file arrives, copied in place (not renamed): the pending change is applied.
     std::fs::copy(
         plugin_file("test/prefix-router-alt"),
