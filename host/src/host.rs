@@ -1,7 +1,8 @@
 //! Host: assembles one `outbox` process from the stages and runs it until shutdown.
 //!
 //! Owns start-up (connect with retry, migrate, build the router), the background tasks
-//! (dispatcher, heartbeat, retention, metrics endpoint) and orderly shutdown. An application can
+//! (dispatcher, receivers, file watcher, heartbeat, retention, metrics endpoint) and orderly
+//! shutdown. An application can
 //! embed the same host in its own tokio runtime with [`Host::builder`]; the `outbox` binary is a
 //! thin layer over it. It never decides anything about single events: that is the stages' job.
 
@@ -92,8 +93,9 @@ impl HostBuilder {
         self
     }
 
-    /// Run receivers for the handler-bound queues of the queue group (default: yes, when
-    /// `[handlers]` binds any queue and no router was supplied).
+    /// Run receivers for the handler-bound queues of the queue group, following `[handlers]`
+    /// as `routes.toml` is reloaded (default: yes, unless a router was supplied; a process whose
+    /// routes are built in and bind no handler has nothing to receive).
     pub fn receivers_enabled(mut self, enabled: bool) -> Self {
         self.receivers_enabled = Some(enabled);
         self
@@ -161,27 +163,24 @@ impl HostBuilder {
             ));
             dispatcher = Some(d);
         }
+        // Receivers follow `[handlers]` as it is reloaded, so a process whose routes file can
+        // change runs them even while no queue is bound yet.
+        let mut receivers = None;
         if let Some(live) = live
             .as_ref()
             .filter(|_| self.receivers_enabled.unwrap_or(true))
+            .filter(|live| config.path.is_some() || !live.routes.load().handlers.is_empty())
         {
-            let queues_wanted = !live.routes.load().handlers.is_empty();
-            if queues_wanted {
-                let receivers =
-                    crate::reconnect::connect_with_retry("Redis (receivers)", &shutdown, || {
-                        Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
-                    })
-                    .await
-                    .ok_or(HostError::ShutdownDuringStart)?;
-                let group = settings.worker_queue_group.as_deref();
-                let queues = receivers.queues_for_group(group);
-                if queues.is_empty() {
-                    tracing::warn!(group = ?group, "no handler-bound queue in this queue group; no receivers started");
-                }
-                for queue in queues {
-                    tasks.spawn(receivers.clone().consume(queue, shutdown.clone()));
-                }
-            }
+            let r = crate::reconnect::connect_with_retry("Redis (receivers)", &shutdown, || {
+                Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
+            })
+            .await
+            .ok_or(HostError::ShutdownDuringStart)?;
+            tasks.spawn(
+                r.clone()
+                    .run(settings.worker_queue_group.clone(), shutdown.clone()),
+            );
+            receivers = Some(r);
         }
         // Every process heartbeats (a receiver-only one too), with its plugins' counters.
         tasks.spawn(heartbeat_loop(
@@ -212,6 +211,7 @@ impl HostBuilder {
             router,
             config,
             live,
+            receivers,
         })
     }
 }
@@ -225,6 +225,7 @@ pub struct Host {
     router: RouterHandle,
     config: Config,
     live: Option<LiveConfig>,
+    receivers: Option<Receivers>,
 }
 
 impl Host {
@@ -256,6 +257,11 @@ impl Host {
     /// The live (hot-reloaded) configuration and plugin registry, unless a router was supplied.
     pub fn live(&self) -> Option<&LiveConfig> {
         self.live.as_ref()
+    }
+
+    /// The receivers, when this process consumes queues (see [`Receivers::receiving`]).
+    pub fn receivers(&self) -> Option<&Receivers> {
+        self.receivers.as_ref()
     }
 
     /// The configuration the host started with.

@@ -2,29 +2,62 @@
 //! router built from them.
 //!
 //! Owns start-up of the plugins for a [`Config`] ([`LiveConfig::start`]) and applying a reload
-//! (a new `routes.toml`, a changed `.wasm`): validate and load first, and only then swap, so a
-//! rejected change leaves the previous version serving. It never watches files (that is
-//! [`crate::plugin::reload`]) and never routes or handles events itself.
+//! (a new `routes.toml`, a changed `.wasm`). The rules of a reload:
+//!
+//! - **Validate and load first, then swap.** A `routes.toml` that does not parse, breaks a
+//!   naming rule or binds a plugin where its world does not fit (a router plugin under
+//!   `[handlers]`, a handler as `[policy] plugin`) is rejected, and the previous routes, plugins
+//!   and router keep serving. A failed load never replaces what is serving.
+//! - **A change that waits for its plugin files is not lost.** A valid `routes.toml` naming a
+//!   new plugin (or a plugin in a new file) whose `.wasm` is missing or does not load yet (a
+//!   deploy copying files one by one) is held back as a whole ([`ReloadOutcome::Waiting`], with
+//!   a warning naming the files), and applied as soon as a `.wasm` change in the plugin
+//!   directory makes them load ([`LiveConfig::retry_pending`]). A plugin left out of the routes
+//!   in force (its file was missing at start-up) does not hold a change back, and is loaded
+//!   when its file appears. [`LiveConfig::pending_reload`] says what waits.
+//! - **No reader ever misses a plugin during a swap.** The new plugin set is stored together
+//!   with the plugins it drops, then the routes and router naming them, and only then are the
+//!   dropped plugins removed ([`PluginRegistry::switch`]): a caller holding the previous routes
+//!   (the policy plugin's old name, a handler's old binding) still finds what they name. A
+//!   replaced `.wasm` swaps one version for the next in one step; a deleted one leaves the
+//!   serving version in place.
+//! - **Reloads are serialized** (one at a time), and every applied `routes.toml` is announced
+//!   to [`LiveConfig::subscribe`] (the receivers start and stop queues on it).
+//!
+//! It never watches files (that is [`crate::plugin::reload`]) and never routes or handles events
+//! itself.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, RoutesFile};
-use crate::plugin::{PluginEngine, PluginError, PluginRegistry};
+use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
 use crate::routing::{build_router, RouterHandle};
 
 /// What a reload pass did, for logs and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReloadOutcome {
-    /// A plugin file was swapped in for these plugins.
+    /// A plugin file was swapped in (or a plugin left out loaded) for these plugins.
     Plugins(Vec<String>),
     /// `routes.toml` was applied.
     Routes,
+    /// `routes.toml` is valid but names plugins whose files are missing or do not load yet; the
+    /// previous config serves, and the change is applied once they load. The message names them.
+    Waiting(String),
     /// Something was rejected; the old version serves.
     Rejected(String),
+}
+
+/// What waits for plugin files (see the module comment).
+#[derive(Debug, Default)]
+struct Pending {
+    /// A valid `routes.toml` not applied yet, with the warning naming what it waits for.
+    routes_file: Option<String>,
+    /// The routes in force serve without some of their plugins (left out at start-up).
+    in_force: Option<String>,
 }
 
 /// Live configuration of a running host: the routes file in force and the router built from it.
@@ -41,21 +74,34 @@ pub struct LiveConfig {
     /// The receiver lease in force (settings change only at a restart): a reload whose handler
     /// plugins' time limits it no longer covers is rejected.
     receiver_lease: Duration,
+    pending: Arc<Mutex<Pending>>,
+    /// Held by a reload from its first read to its last store.
+    reloading: Arc<tokio::sync::Mutex<()>>,
+    /// Counts the routes files applied (start-up is 0).
+    applied: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl LiveConfig {
-    /// Create the plugin engine and registry for `config`, load the plugins it declares (a
-    /// plugin that fails to load is logged; the router falls back to the native table) and
-    /// build the router with [`build_router`]. Every command that routes events starts here.
+    /// Create the plugin engine and registry for `config`, load the plugins it declares and build
+    /// the router with [`build_router`]. Every command that routes events starts here. A plugin
+    /// whose file is missing or does not load is logged and left out (the router falls back to
+    /// the native table) and loaded when its file appears; a plugin bound where its world does
+    /// not fit is an error ([`PluginError::Misbound`]).
     pub async fn start(config: &Config) -> Result<Self, PluginError> {
         let engine = PluginEngine::new()?;
         let registry = Arc::new(PluginRegistry::new(
             engine,
             config.settings.plugin_dir.clone(),
         ));
-        for error in registry.apply_config_lenient(&config.routes).await {
-            tracing::error!("{error}");
+        let staged = registry.stage(&config.routes).await?;
+        for refused in &staged.refused {
+            tracing::error!("{refused}; its events are retried until routes.toml is fixed");
         }
+        let in_force = left_out_message(config.path.as_deref(), &registry, &staged);
+        if let Some(message) = &in_force {
+            tracing::error!("{message}");
+        }
+        registry.switch(staged, || {});
         let router = RouterHandle::from_box(build_router(&registry, &config.routes));
         Ok(Self {
             registry,
@@ -63,32 +109,159 @@ impl LiveConfig {
             router,
             routes_path: config.path.clone(),
             receiver_lease: config.settings.receiver_lease,
+            pending: Arc::new(Mutex::new(Pending {
+                routes_file: None,
+                in_force,
+            })),
+            reloading: Arc::default(),
+            applied: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 
-    /// Re-read `routes.toml` and apply it, or reject it and keep the current one.
+    /// A receiver that sees a new value each time a `routes.toml` is applied.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
+    /// What waits for plugin files to appear or load, as the warning logged for it: a
+    /// `routes.toml` not applied yet, or plugins of the routes in force left out. `None` when
+    /// everything declared serves.
+    pub fn pending_reload(&self) -> Option<String> {
+        let pending = self.pending.lock().ok()?;
+        match (&pending.routes_file, &pending.in_force) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.clone().or_else(|| b.clone()),
+        }
+    }
+
+    /// Re-read `routes.toml` and apply it, hold it back until its plugin files load
+    /// ([`ReloadOutcome::Waiting`]), or reject it and keep the current one.
     pub async fn reload_routes(&self) -> ReloadOutcome {
+        let _reloading = self.reloading.lock().await;
+        self.reload_routes_now().await
+    }
+
+    /// Retry what waits for plugin files (a held-back `routes.toml`, plugins left out at
+    /// start-up). The file watcher calls it whenever a `.wasm` in the plugin directory changes.
+    /// Nothing waiting: `Plugins([])`.
+    pub async fn retry_pending(&self) -> ReloadOutcome {
+        let _reloading = self.reloading.lock().await;
+        let (routes_file, in_force) = match self.pending.lock() {
+            Ok(p) => (p.routes_file.is_some(), p.in_force.is_some()),
+            Err(_) => (false, false),
+        };
+        if routes_file {
+            return self.reload_routes_now().await;
+        }
+        if !in_force {
+            return ReloadOutcome::Plugins(vec![]);
+        }
+        let routes = self.routes.load_full();
+        let staged = match self.registry.stage(&routes).await {
+            Ok(staged) => staged,
+            Err(e) => {
+                let message = self.in_file(e);
+                self.set_pending(|p| p.in_force = Some(message.clone()));
+                return self.reject(message);
+            }
+        };
+        let before = self.registry.list();
+        let still_left_out = left_out_message(self.routes_path.as_deref(), &self.registry, &staged);
+        self.registry.switch(staged, || {
+            self.router.replace(build_router(&self.registry, &routes));
+        });
+        let loaded: Vec<String> = self
+            .registry
+            .list()
+            .into_iter()
+            .filter(|p| !before.iter().any(|b| b.name == p.name))
+            .map(|p| p.name)
+            .collect();
+        for name in &loaded {
+            tracing::info!(plugin = %name, "plugin left out at start-up loaded");
+        }
+        self.set_pending(|p| p.in_force = still_left_out);
+        ReloadOutcome::Plugins(loaded)
+    }
+
+    async fn reload_routes_now(&self) -> ReloadOutcome {
         let Some(path) = &self.routes_path else {
             return ReloadOutcome::Rejected("no routes file".into());
         };
         let next = match RoutesFile::load(path) {
             Ok(next) => next,
-            Err(e) => return self.reject(format!("{e}")),
+            Err(e) => {
+                self.set_pending(|p| p.routes_file = None);
+                return self.reject(format!("{e}"));
+            }
         };
         if let Err(e) = next.check_receiver_lease(self.receiver_lease) {
+            self.set_pending(|p| p.routes_file = None);
             return self.reject(format!("{}: {e}", path.display()));
         }
-        if let Err(e) = self.registry.apply_config(&next).await {
-            return self.reject(format!("{}: {e}", path.display()));
+        let staged = match self.registry.stage(&next).await {
+            Ok(mut staged) if !staged.refused.is_empty() => {
+                self.set_pending(|p| p.routes_file = None);
+                return self.reject(self.in_file(staged.refused.remove(0)));
+            }
+            Ok(staged) => staged,
+            Err(e) => {
+                self.set_pending(|p| p.routes_file = None);
+                return self.reject(self.in_file(e));
+            }
+        };
+        // Wait for the plugins this change brings (new, or moved to another file); one already
+        // left out of the routes in force, declared with the same file, serves no worse after it.
+        let current = self.routes.load_full();
+        let waits_for: Vec<String> = staged
+            .left_out
+            .iter()
+            .filter(|(name, _)| {
+                let file = |routes: &RoutesFile| {
+                    routes
+                        .plugins
+                        .get(name)
+                        .map(|spec| self.registry.file_of(name, spec))
+                };
+                file(&current).is_none() || file(&current) != file(&next)
+            })
+            .map(|(_, e)| e.to_string())
+            .collect();
+        if !waits_for.is_empty() {
+            let message = format!(
+                "{}: not applied yet, it waits for plugin files that are missing or do not load: {}. The previous config keeps serving; the change is applied once they load (every change of a .wasm in {} retries it)",
+                path.display(),
+                waits_for.join("; "),
+                self.registry.dir().display()
+            );
+            let first_time = self
+                .pending
+                .lock()
+                .map(|p| p.routes_file.as_deref() != Some(message.as_str()))
+                .unwrap_or(true);
+            if first_time {
+                tracing::warn!("{message}");
+            }
+            self.set_pending(|p| p.routes_file = Some(message.clone()));
+            return ReloadOutcome::Waiting(message);
         }
-        if next.settings != self.routes.load().settings {
+        if next.settings != current.settings {
             tracing::warn!(
                 "[settings] changed in {}; settings take effect at the next restart",
                 path.display()
             );
         }
-        self.router.replace(build_router(&self.registry, &next));
-        self.routes.store(Arc::new(next));
+        let still_left_out = left_out_message(Some(path), &self.registry, &staged);
+        let next = Arc::new(next);
+        self.registry.switch(staged, || {
+            self.router.replace(build_router(&self.registry, &next));
+            self.routes.store(next.clone());
+        });
+        self.set_pending(|p| {
+            p.routes_file = None;
+            p.in_force = still_left_out;
+        });
+        self.applied.send_modify(|n| *n += 1);
         tracing::info!(file = %path.display(), "routes reloaded");
         metrics::counter!("outbox_reloads_total", "what" => "routes").increment(1);
         ReloadOutcome::Routes
@@ -96,6 +269,7 @@ impl LiveConfig {
 
     /// Recompile the plugins using `path` and swap them in, or keep the old versions.
     pub async fn reload_plugin_file(&self, path: &Path) -> ReloadOutcome {
+        let _reloading = self.reloading.lock().await;
         match self.registry.reload_file(path).await {
             Ok(names) => {
                 if !names.is_empty() {
@@ -111,9 +285,41 @@ impl LiveConfig {
         }
     }
 
+    /// `e` prefixed with the routes file it was found in.
+    fn in_file(&self, e: PluginError) -> String {
+        match &self.routes_path {
+            Some(path) => format!("{}: {e}", path.display()),
+            None => e.to_string(),
+        }
+    }
+
+    fn set_pending(&self, change: impl FnOnce(&mut Pending)) {
+        if let Ok(mut pending) = self.pending.lock() {
+            change(&mut pending);
+        }
+    }
+
     fn reject(&self, message: String) -> ReloadOutcome {
         tracing::error!("reload rejected, the previous version keeps serving: {message}");
         metrics::counter!("outbox_reload_errors_total").increment(1);
         ReloadOutcome::Rejected(message)
     }
+}
+
+/// The warning for plugins of the routes in force that `staged` left out, if any.
+fn left_out_message(
+    routes_path: Option<&Path>,
+    registry: &PluginRegistry,
+    staged: &StagedPlugins,
+) -> Option<String> {
+    if staged.left_out.is_empty() {
+        return None;
+    }
+    let missing: Vec<String> = staged.left_out.iter().map(|(_, e)| e.to_string()).collect();
+    Some(format!(
+        "{}: serving without plugins whose files are missing or do not load: {}. They load as soon as their files appear in {}",
+        routes_path.map_or_else(|| "built-in routes".into(), |p| p.display().to_string()),
+        missing.join("; "),
+        registry.dir().display()
+    ))
 }

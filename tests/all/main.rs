@@ -16,3 +16,4 @@ mod plugins;
 mod publish;
 mod receive;
 mod receive_claims;
+mod reload;

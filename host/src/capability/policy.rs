@@ -321,6 +321,22 @@ impl CapabilityPolicy {
         result
     }
 
+    /// The serving version of the policy plugin `name` (read from `[policy]`). On a miss, when
+    /// the routes in force name another policy by now, that one: a reload stores the plugins of
+    /// the new routes before the routes and drops the old ones only after, so a check that read
+    /// `[policy]` just before a rename still finds a policy (never "no policy" by accident).
+    fn policy_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.registry.get(name).or_else(|| match &self.source {
+            PolicySource::Live(live) => {
+                let now = live.load();
+                (now.policy.plugin != name)
+                    .then(|| self.registry.get(&now.policy.plugin))
+                    .flatten()
+            }
+            PolicySource::Fixed(_) => None,
+        })
+    }
+
     async fn decide(
         &self,
         plugin: &str,
@@ -349,7 +365,7 @@ impl CapabilityPolicy {
                 "[policy] plugin = \"deny-all\" refuses every capability but log".to_string(),
             );
         }
-        let Some(policy) = self.registry.get(policy_name) else {
+        let Some(policy) = self.policy_plugin(policy_name) else {
             return fail_closed(format!(
                 "the capability policy plugin '{policy_name}' is not loaded, so every call is denied (fail closed)"
             ));

@@ -372,7 +372,14 @@ impl RoutesFile {
         for (queue, plugin) in &self.handlers {
             validate_queue_name(queue)
                 .map_err(|m| invalid(format!("[handlers] '{queue}': {m}")))?;
-            if !known_plugin(plugin) && !plugin.starts_with("builtin:") {
+            if plugin.starts_with("builtin:") {
+                if plugin != crate::receive::BUILTIN_PLUGIN_INVOKE {
+                    return Err(invalid(format!(
+                        "[handlers] '{queue}' = '{plugin}' is not a built-in handler (the one built-in handler is '{}')",
+                        crate::receive::BUILTIN_PLUGIN_INVOKE
+                    )));
+                }
+            } else if !known_plugin(plugin) {
                 return Err(invalid(format!(
                     "[handlers] '{queue}' = '{plugin}' is not declared under [plugins]"
                 )));
@@ -737,6 +744,22 @@ timeout_ms = 30000
         routes
             .check_receiver_lease(Settings::default().receiver_lease)
             .unwrap();
+    }
+
+    #[test]
+    fn a_handler_names_a_declared_plugin_or_the_one_built_in_handler() {
+        let routes = |handler: &str| {
+            format!("[policy]\nplugin = \"deny-all\"\n[handlers]\n\"outbox.q\" = \"{handler}\"\n")
+        };
+        RoutesFile::parse(&routes("builtin:plugin-invoke"), Path::new("r.toml")).unwrap();
+        let err = RoutesFile::parse(&routes("builtin:plugin-invok"), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a built-in handler"), "{err}");
+        let err = RoutesFile::parse(&routes("nobody"), Path::new("r.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not declared under [plugins]"), "{err}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod reload;
 pub mod router;
 
 pub use engine::{block_on, CallSlots, PluginEngine, PluginLimits, World};
-pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry};
+pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry, StagedPlugins};
 pub use router::PluginRouter;
 
 /// The WIT package version the host implements (`outbox:plugin@0.1.0`).
@@ -71,6 +71,19 @@ pub enum PluginError {
         /// Plugin name.
         plugin: String,
         /// The world the call needs.
+        expected: World,
+        /// The world the plugin implements.
+        found: World,
+    },
+    /// `routes.toml` binds a plugin where its world does not fit (a router plugin as the handler
+    /// of a queue, say): a config error found when the plugins are loaded.
+    #[error("{binding} = '{plugin}': plugin {plugin} is a {found} plugin, but this needs a {expected} plugin")]
+    Misbound {
+        /// Where `routes.toml` binds it, e.g. `[handlers] 'outbox.mail'` or `[policy] plugin`.
+        binding: String,
+        /// Plugin name.
+        plugin: String,
+        /// The world the binding needs.
         expected: World,
         /// The world the plugin implements.
         found: World,

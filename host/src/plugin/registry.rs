@@ -1,15 +1,19 @@
 //! The registry of loaded plugins: which version of each plugin serves now.
 //!
-//! Owns loading (read, hash, compile on a blocking thread, check the world), the atomic swap of a
-//! plugin's serving version, per-plugin call/error counters, the listing operators see, and the
-//! one way to call a loaded plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
-//! [`LoadedPlugin::call_policy`]: world check, limits, config, counters). A failed load never
-//! replaces what is serving. Calls look a plugin up once and keep that version to the end, so a
-//! swap never changes a call in flight. Each plugin name owns its call slots ([`CallSlots`],
-//! `max_concurrency`), kept across reloads while the limit is unchanged. It never decides what a
-//! plugin may do (that is the capability policy's job) and never runs a call on the async
-//! executor: the call methods are synchronous and block the (blocking) thread they are called
-//! on until the call ends or its time limit cuts it.
+//! Owns loading (read, hash, compile on a blocking thread, check the world), checking that each
+//! binding of `routes.toml` (`[router]`, `[router.overrides]`, `[handlers]`, `[policy]`) names a
+//! plugin of the world it needs, the atomic swap of a plugin's serving version, per-plugin
+//! call/error counters, the listing operators see, and the one way to call a loaded plugin
+//! ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`], [`LoadedPlugin::call_policy`]:
+//! world check, limits, config, counters). A failed load never replaces what is serving. A new
+//! plugin set is loaded first ([`PluginRegistry::stage`]) and switched in around the routes that
+//! name it ([`PluginRegistry::switch`]) so that no lookup ever misses a plugin mid-reload. Calls
+//! look a plugin up once and keep that version to the end, so a swap never changes a call in
+//! flight. Each plugin name owns its call slots ([`CallSlots`], `max_concurrency`), kept across
+//! reloads while the limit is unchanged. It never decides what a plugin may do (that is the
+//! capability policy's job) and never runs a call on the async executor: the call methods are
+//! synchronous and block the (blocking) thread they are called on until the call ends or its
+//! time limit cuts it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,7 +29,11 @@ use super::engine::{
     block_on, CallOf, CallSlots, HandlerServices, PluginEngine, PluginLimits, Prepared, World,
 };
 use super::{PluginError, WIT_VERSION};
+use crate::capability::policy::DENY_ALL;
 use crate::config::{PluginSpec, RoutesFile};
+
+/// `[router] plugin` value for the built-in table (no plugin).
+const NATIVE_ROUTER: &str = "native";
 
 /// One compiled version of a plugin file.
 pub struct CompiledPlugin {
@@ -306,6 +314,18 @@ pub struct PluginInfo {
     pub errors: u64,
 }
 
+/// The plugins of one routes file, loaded and checked but not serving yet: what
+/// [`PluginRegistry::stage`] returns and [`PluginRegistry::switch`] makes serve.
+pub struct StagedPlugins {
+    next: BTreeMap<String, Arc<LoadedPlugin>>,
+    /// Declared plugins left out because their file is missing or does not load and no version
+    /// of them serves: (plugin name, the error naming the file).
+    pub left_out: Vec<(String, PluginError)>,
+    /// Router plugins that refuse their config ([`PluginError::Config`]): a reload is rejected
+    /// for them; at start-up they serve and their events are retried with this error.
+    pub refused: Vec<PluginError>,
+}
+
 /// All plugins of one host process.
 pub struct PluginRegistry {
     engine: PluginEngine,
@@ -379,26 +399,32 @@ impl PluginRegistry {
     }
 
     /// Load every plugin `routes` declares and make that set serve, or change nothing and
-    /// return the first error. Unchanged files are not recompiled; a plugin whose file changed
-    /// but no longer compiles keeps its serving version (the file watcher reports the file).
+    /// return the first error (a plugin file that does not load, or a plugin bound where its world
+    /// does not fit). Unchanged files are not recompiled; a plugin whose file changed but no
+    /// longer loads keeps its serving version (the file watcher reports the file).
     pub async fn apply_config(&self, routes: &RoutesFile) -> Result<(), PluginError> {
-        self.apply(routes, false).await.map(|_| ())
+        let mut staged = self.stage(routes).await?;
+        if !staged.left_out.is_empty() {
+            return Err(staged.left_out.remove(0).1);
+        }
+        if !staged.refused.is_empty() {
+            return Err(staged.refused.remove(0));
+        }
+        self.switch(staged, || {});
+        Ok(())
     }
 
-    /// Load what loads of `routes`' plugins (start-up: a missing or broken plugin must not stop
-    /// the rest). Returns the errors of the plugins left out.
-    pub async fn apply_config_lenient(&self, routes: &RoutesFile) -> Vec<PluginError> {
-        self.apply(routes, true).await.unwrap_or_else(|e| vec![e])
-    }
-
-    async fn apply(
-        &self,
-        routes: &RoutesFile,
-        lenient: bool,
-    ) -> Result<Vec<PluginError>, PluginError> {
+    /// Load the plugins `routes` declares, without making them serve: each plugin whose file
+    /// is unchanged keeps its compiled version, a changed file is compiled, and a plugin whose
+    /// file is missing or does not load keeps its serving version when it has one and is left
+    /// out otherwise (its error in [`StagedPlugins::left_out`]). Then every binding of `routes`
+    /// is checked against the worlds loaded: a [`PluginError::Misbound`] (a router plugin
+    /// under `[handlers]`, say) rejects the whole set. Nothing serves until
+    /// [`switch`](Self::switch).
+    pub async fn stage(&self, routes: &RoutesFile) -> Result<StagedPlugins, PluginError> {
         let current = self.plugins.load_full();
         let mut next = BTreeMap::new();
-        let mut errors = Vec::new();
+        let mut left_out = Vec::new();
         // Plugins sharing one file share one compiled version.
         let mut compiled_now: HashMap<PathBuf, Arc<CompiledPlugin>> = HashMap::new();
         for (name, spec) in &routes.plugins {
@@ -417,11 +443,10 @@ impl PluginRegistry {
                             tracing::warn!("{e}; keeping the serving version of {name}");
                             serving.compiled.clone()
                         }
-                        (Err(e), None) if lenient => {
-                            errors.push(e);
+                        (Err(e), None) => {
+                            left_out.push((name.clone(), e));
                             continue;
                         }
-                        (Err(e), None) => return Err(e),
                     }
                 }
             };
@@ -445,7 +470,9 @@ impl PluginRegistry {
             };
             next.insert(name.clone(), Arc::new(plugin));
         }
+        check_bindings(routes, &next)?;
         // A router plugin that refuses its (new) config must not start serving with it.
+        let mut refused = Vec::new();
         for plugin in next.values() {
             let unchanged = current.get(plugin.name.as_ref()).is_some_and(|o| {
                 o.compiled.hash == plugin.compiled.hash && o.config_json == plugin.config_json
@@ -457,21 +484,44 @@ impl PluginRegistry {
             let verdict = tokio::task::spawn_blocking(move || checked.check_router_config())
                 .await
                 .unwrap_or(Ok(()));
-            match verdict {
-                Err(e) if lenient => {
-                    tracing::error!("{e}; its events are retried until routes.toml is fixed")
-                }
-                Err(e) => return Err(e),
-                Ok(()) => {}
+            if let Err(e) = verdict {
+                refused.push(e);
             }
         }
+        Ok(StagedPlugins {
+            next,
+            left_out,
+            refused,
+        })
+    }
+
+    /// Make `staged` serve, with `publish` run in between (it stores the routes file and the
+    /// router that name these plugins). Whoever read the previous routes and looks a plugin up
+    /// now, and whoever reads the new routes, finds the plugin they name: the new set is stored
+    /// together with the plugins it drops, `publish` runs, and only then are the dropped ones
+    /// removed. A name both sets declare switches to its new version at once.
+    pub fn switch(&self, staged: StagedPlugins, publish: impl FnOnce()) {
+        let current = self.plugins.load_full();
+        let next = staged.next;
         for (name, plugin) in &next {
             if current.get(name).map(|o| &o.compiled.hash) != Some(&plugin.compiled.hash) {
                 tracing::info!(plugin = %name, world = %plugin.world(), hash = %short(&plugin.compiled.hash), "plugin loaded");
             }
         }
+        let dropped: Vec<&String> = current.keys().filter(|n| !next.contains_key(*n)).collect();
+        if dropped.is_empty() {
+            self.plugins.store(Arc::new(next));
+            publish();
+            return;
+        }
+        let mut both = (*current).clone();
+        both.extend(next.iter().map(|(n, p)| (n.clone(), p.clone())));
+        self.plugins.store(Arc::new(both));
+        publish();
+        for name in dropped {
+            tracing::info!(plugin = %name, "plugin unloaded (no longer declared)");
+        }
         self.plugins.store(Arc::new(next));
-        Ok(errors)
     }
 
     /// Recompile the plugins whose file is `path` and swap them in; on failure the old version
@@ -547,6 +597,55 @@ impl PluginRegistry {
             })
             .collect()
     }
+}
+
+/// Check that every plugin `routes` binds implements the world the binding needs: `[router]`
+/// and `[router.overrides]` need routers, `[handlers]` handlers, `[policy]` a policy. A plugin
+/// that is not loaded (left out) is checked when it loads.
+fn check_bindings(
+    routes: &RoutesFile,
+    plugins: &BTreeMap<String, Arc<LoadedPlugin>>,
+) -> Result<(), PluginError> {
+    let mut bindings: Vec<(String, &str, World)> = Vec::new();
+    if routes.router.plugin != NATIVE_ROUTER {
+        bindings.push((
+            "[router] plugin".into(),
+            &routes.router.plugin,
+            World::Router,
+        ));
+    }
+    for (prefix, plugin) in &routes.router.overrides {
+        if plugin != NATIVE_ROUTER {
+            bindings.push((
+                format!("[router.overrides] \"{prefix}\""),
+                plugin,
+                World::Router,
+            ));
+        }
+    }
+    for (queue, plugin) in &routes.handlers {
+        bindings.push((format!("[handlers] '{queue}'"), plugin, World::Handler));
+    }
+    if routes.policy.plugin != DENY_ALL {
+        bindings.push((
+            "[policy] plugin".into(),
+            &routes.policy.plugin,
+            World::Policy,
+        ));
+    }
+    for (binding, name, expected) in bindings {
+        if let Some(plugin) = plugins.get(name) {
+            if plugin.world() != expected {
+                return Err(PluginError::Misbound {
+                    binding,
+                    plugin: name.to_string(),
+                    expected,
+                    found: plugin.world(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Compile bytes into a plugin version (no registry needed: `outbox plugins check`).

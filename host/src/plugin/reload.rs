@@ -2,10 +2,14 @@
 //! [`LiveConfig`].
 //!
 //! Owns the `notify` watcher and its debounce (editors write temp files, rename, write twice).
-//! A changed `.wasm` goes to [`LiveConfig::reload_plugin_file`], a changed `routes.toml` to
-//! [`LiveConfig::reload_routes`], which validate before they swap. It never parses, loads or
-//! routes anything itself, and never blocks dispatch: batches in flight finish with the router
-//! they started with.
+//! A changed `routes.toml` goes to [`LiveConfig::reload_routes`]; a `.wasm` that was created,
+//! written or renamed into the plugin directory first retries what waits for plugin files
+//! ([`LiveConfig::retry_pending`]: a `routes.toml` held back until its plugins load, plugins left
+//! out at start-up), then goes to [`LiveConfig::reload_plugin_file`]. Those validate before they
+//! swap. A deleted `.wasm` changes nothing (its serving version stays), so replacing a file by
+//! delete-then-create or by renaming a new file over it never leaves a plugin missing. It never
+//! parses, loads or routes anything itself, and never blocks dispatch: batches in flight finish
+//! with the router they started with.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -90,6 +94,12 @@ impl LiveConfig {
                 }
                 if routes_changed {
                     self.reload_routes().await;
+                }
+                // A file a held-back routes.toml (or a plugin left out at start-up) waits for
+                // may have arrived: retry that first, then swap changed files of serving plugins
+                // (unchanged ones are skipped by their hash).
+                if !wasm.is_empty() && self.pending_reload().is_some() {
+                    self.retry_pending().await;
                 }
                 for path in wasm {
                     self.reload_plugin_file(&path).await;

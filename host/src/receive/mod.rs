@@ -1,12 +1,15 @@
 //! Receive: consumes queues and runs the handler plugin bound to each.
 //!
-//! Owns the consumer side of a queue, one submodule per job: the [`Receivers`] type and the
-//! life of one entry ([`Receivers::handle_entry`]: idempotency claim, handler while the claim is
-//! renewed, outcome, receipt) here; the reading loop in `consume`; the atomic Redis outcome
-//! steps (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker
-//! kept for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by
-//! the claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke
-//! jobs) in `invoke`;
+//! Owns the consumer side of a queue, one submodule per job: the [`Receivers`] type, which
+//! queues get a receiver ([`Receivers::run`]: one per handler-bound queue of the queue group,
+//! started and stopped as reloads change `[handlers]`, a stopped one reading nothing more so
+//! the queue's entries wait in the stream) and the life of one entry
+//! ([`Receivers::handle_entry`]: idempotency claim, handler while the claim is renewed,
+//! outcome, receipt) here; the reading loop in `consume`; the atomic Redis outcome steps
+//! (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker kept
+//! for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by the
+//! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
+//! in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
 //! `housekeeping`; receipts in PostgreSQL (written in batches after the outcome is safe in
 //! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
@@ -16,11 +19,13 @@
 //! It never acknowledges an entry before its outcome is recorded in Redis, and every state
 //! change of one entry (marker, retry, dead letter, ack) is a single atomic script.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
@@ -98,6 +103,27 @@ pub struct Receivers {
     scripts: Arc<outcomes::OutcomeScripts>,
     move_due: Arc<redis::Script>,
     receipts: tokio::sync::mpsc::Sender<ReceiptUpdate>,
+    /// Queue -> receiver loops running on it in this process.
+    receiving: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+/// Counts one receiver loop in [`Receivers::receiving`] while it lives.
+struct ReceivingGuard {
+    receiving: Arc<Mutex<BTreeMap<String, usize>>>,
+    queue: String,
+}
+
+impl Drop for ReceivingGuard {
+    fn drop(&mut self) {
+        if let Ok(mut receiving) = self.receiving.lock() {
+            if let Some(n) = receiving.get_mut(&self.queue) {
+                *n -= 1;
+                if *n == 0 {
+                    receiving.remove(&self.queue);
+                }
+            }
+        }
+    }
 }
 
 impl Receivers {
@@ -141,7 +167,81 @@ impl Receivers {
             scripts: Arc::new(outcomes::OutcomeScripts::new()),
             move_due: Arc::new(housekeeping::move_due_script()),
             receipts: spawn_receipt_writer(pool),
+            receiving: Arc::default(),
         })
+    }
+
+    /// Run a receiver for each queue [`queues_for_group`](Self::queues_for_group) names, and
+    /// follow reloads of `routes.toml` until shutdown: a queue that gains a handler (in
+    /// `[handlers]`, or by joining the group) gets a receiver; one that loses it has its
+    /// receiver stopped. A stopped receiver reads nothing more, so the queue's new entries wait
+    /// in the stream, unread, for the next receiver; its running handler calls finish and
+    /// record their outcomes first; entries it had read but not finished (at shutdown) are
+    /// reclaimed after the receiver lease, and due retries wait in the retry set. This is how
+    /// `outbox run` consumes.
+    pub async fn run(self, group: Option<String>, shutdown: CancellationToken) {
+        let mut applied = self.live.subscribe();
+        let mut running: HashMap<String, CancellationToken> = HashMap::new();
+        let mut loops = tokio::task::JoinSet::new();
+        let mut first = true;
+        loop {
+            let wanted = self.queues_for_group(group.as_deref());
+            running.retain(|queue, stop| {
+                let keep = wanted.contains(queue);
+                if !keep {
+                    tracing::info!(%queue, "no handler bound to this queue any more: stopping its receiver; new entries wait in the stream for a handler");
+                    stop.cancel();
+                }
+                keep
+            });
+            for queue in wanted {
+                if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(queue) {
+                    let queue = slot.key().clone();
+                    if !first {
+                        tracing::info!(%queue, "queue bound to a handler: starting its receiver");
+                    }
+                    let stop = shutdown.child_token();
+                    loops.spawn(
+                        self.clone()
+                            .consume_until(queue, stop.clone(), shutdown.clone()),
+                    );
+                    slot.insert(stop);
+                }
+            }
+            if first && running.is_empty() {
+                tracing::warn!(group = ?group, "no handler-bound queue in this queue group yet; a receiver starts when routes.toml binds one");
+            }
+            first = false;
+            while loops.try_join_next().is_some() {}
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                changed = applied.changed() => if changed.is_err() {
+                    shutdown.cancelled().await;
+                    break;
+                },
+            }
+        }
+        while loops.join_next().await.is_some() {}
+    }
+
+    /// The queues a receiver loop of this process consumes right now (a stopping one counts
+    /// until its running handlers finished).
+    pub fn receiving(&self) -> Vec<String> {
+        self.receiving
+            .lock()
+            .map(|r| r.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Count a receiver loop on `queue` until the guard drops.
+    fn receiving_guard(&self, queue: &str) -> ReceivingGuard {
+        if let Ok(mut receiving) = self.receiving.lock() {
+            *receiving.entry(queue.to_string()).or_default() += 1;
+        }
+        ReceivingGuard {
+            receiving: self.receiving.clone(),
+            queue: queue.to_string(),
+        }
     }
 
     /// The queues this process consumes: those bound to a handler in `[handlers]` and, when a
@@ -190,7 +290,7 @@ impl Receivers {
     pub async fn handle_entry(&self, queue: &str, entry: QueueEntry) -> HandledAs {
         let routes = self.live.routes.load_full();
         let Some(handler) = routes.handlers.get(queue).cloned() else {
-            tracing::error!(%queue, "no handler bound to this queue any more; leaving the entry pending");
+            tracing::warn!(%queue, "no handler bound to this queue any more (its receiver is stopping); the entry stays pending until a handler is bound again");
             return HandledAs::Busy;
         };
         let attempt = entry.handler_attempt();
