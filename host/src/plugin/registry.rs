@@ -152,12 +152,13 @@ impl LoadedPlugin {
         let Prepared::Router(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Router));
         };
-        let answer = block_on(
-            self.engine
-                .call_router(self.call_of(), pre, &self.config_json, events),
-        )
-        .and_then(|answer| answer)
-        .map_err(|e| self.explain_config_refusal(e))
+        let answer =
+            block_on(
+                self.engine
+                    .call_router(self.call_of(), pre, &self.config_json, events),
+            )
+            .and_then(|answer| answer)
+            .map_err(|e| self.explain_config_refusal(e))
             .and_then(|answer| {
                 if answer.len() == events.len() {
                     Ok(answer)

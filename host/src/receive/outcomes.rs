@@ -16,8 +16,8 @@ use std::convert::Infallible;
 use redis::AsyncCommands;
 
 use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
-use crate::reconnect::retry_blips;
 use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
+use crate::reconnect::retry_blips;
 
 /// What every guarded script returns when the marker no longer holds the caller's token.
 const LOST: i64 = -1;
@@ -350,10 +350,7 @@ impl Receivers {
         let due = chrono::Utc::now().timestamp_millis() + delay.as_millis() as i64;
         let member = entry.retry_fields(attempt, &reason);
         let json = serde_json::to_string(&member).unwrap_or_default();
-        let mut invocation = self
-            .scripts
-            .retry
-            .key(&claim.marker);
+        let mut invocation = self.scripts.retry.key(&claim.marker);
         invocation
             .key(self.keys.stream(queue))
             .key(self.keys.retry_set(queue))

@@ -26,7 +26,10 @@ impl Router for LogFlood {
         for i in 0..lines {
             log::write(log::Level::Info, &format!("flood {i} {filler}"));
         }
-        events.iter().map(|_| Route::queue("outbox.audit")).collect()
+        events
+            .iter()
+            .map(|_| Route::queue("outbox.audit"))
+            .collect()
     }
 }
 

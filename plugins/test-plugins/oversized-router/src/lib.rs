@@ -24,7 +24,9 @@ impl Router for OversizedRouter {
                 )),
                 "oversized.fanout" => Route::Queues((0..10_000).map(|i| format!("q{i}")).collect()),
                 "oversized.queue-name" => Route::queue("q".repeat(1 << 20)),
-                "oversized.host-key" => Route::queue(format!("outbox:enqueued:outbox.mail:{}", event.id)),
+                "oversized.host-key" => {
+                    Route::queue(format!("outbox:enqueued:outbox.mail:{}", event.id))
+                }
                 _ => Route::queue("outbox.mail"),
             })
             .collect()

@@ -13,7 +13,10 @@ struct SleepForever;
 impl Router for SleepForever {
     fn route(_config: &Config, events: Vec<Event>) -> Vec<Route> {
         std::thread::sleep(Duration::from_nanos(u64::MAX));
-        events.iter().map(|_| Route::queue("outbox.audit")).collect()
+        events
+            .iter()
+            .map(|_| Route::queue("outbox.audit"))
+            .collect()
     }
 }
 
