@@ -1,12 +1,18 @@
 //! Consume: the loop that reads one queue and hands each entry to a handler task.
 //!
 //! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency,
+//! the stream ids handed to a handler task of this loop and not finished yet ([`InFlight`]),
 //! when housekeeping runs, reconnecting with backoff, and how a stopping receiver waits for its
 //! running handlers (all of them when its queue lost its handler, the shutdown grace at
-//! shutdown). It never records an outcome itself: each entry goes through
-//! [`Receivers::handle_entry`].
+//! shutdown). After a failed read it recovers this consumer's own pending entries that no
+//! handler task here works on ([`Receivers::recover_own_pending`]): a read whose reply was lost
+//! on a dropped connection has delivered its entries to this consumer all the same, and they
+//! would otherwise wait for the receiver lease. It never records an outcome itself: each entry
+//! goes through [`Receivers::handle_entry`], whose owner-token claim keeps a recovered entry
+//! from running twice.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::streams::{StreamReadOptions, StreamReadReply};
@@ -17,6 +23,93 @@ use tokio_util::sync::CancellationToken;
 use super::{QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::Backoff;
+
+/// Own pending entries read per `XREADGROUP` while recovering them after a failed read.
+const RECOVER_PAGE: usize = 100;
+
+/// The stream ids one receiver loop has handed to a handler task that has not finished, and,
+/// while a recovery of own pending entries runs, those that finished since it began (their
+/// entry may still be in the recovery's read, read before its acknowledgement).
+#[derive(Debug, Default)]
+pub(super) struct InFlight {
+    ids: Mutex<InFlightIds>,
+}
+
+#[derive(Debug, Default)]
+struct InFlightIds {
+    running: HashSet<String>,
+    finished_during_recovery: Option<HashSet<String>>,
+}
+
+impl InFlight {
+    /// Mark `stream_id` as handled here; false when a task here already handles it.
+    fn start(&self, stream_id: &str) -> bool {
+        self.ids
+            .lock()
+            .map(|mut ids| ids.running.insert(stream_id.to_string()))
+            .unwrap_or(true)
+    }
+
+    /// The task handling `stream_id` has finished.
+    fn finish(&self, stream_id: &str) {
+        if let Ok(mut ids) = self.ids.lock() {
+            ids.running.remove(stream_id);
+            if let Some(finished) = ids.finished_during_recovery.as_mut() {
+                finished.insert(stream_id.to_string());
+            }
+        }
+    }
+
+    /// Start (true) or end (false) a recovery: from its start, finished ids are remembered.
+    fn recovering(&self, on: bool) {
+        if let Ok(mut ids) = self.ids.lock() {
+            ids.finished_during_recovery = on.then(HashSet::new);
+        }
+    }
+
+    /// Whether a recovery should leave `stream_id` alone: a task here handles it, or finished
+    /// it since the recovery began.
+    fn taken(&self, stream_id: &str) -> bool {
+        self.ids.lock().map_or(true, |ids| {
+            ids.running.contains(stream_id)
+                || ids
+                    .finished_during_recovery
+                    .as_ref()
+                    .is_some_and(|f| f.contains(stream_id))
+        })
+    }
+}
+
+/// Removes a stream id from [`InFlight`] when its handler task ends (or is aborted).
+struct InFlightGuard {
+    in_flight: Arc<InFlight>,
+    stream_id: String,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.in_flight.finish(&self.stream_id);
+    }
+}
+
+/// The handler tasks of one receiver loop: the concurrency permits, the tasks, and the stream
+/// ids they handle.
+pub(super) struct Handling {
+    permits: Arc<Semaphore>,
+    tasks: tokio::task::JoinSet<()>,
+    in_flight: Arc<InFlight>,
+}
+
+impl Handling {
+    /// At most `concurrency` handler tasks at once.
+    pub(super) fn new(concurrency: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(concurrency)),
+            tasks: tokio::task::JoinSet::new(),
+            in_flight: Arc::default(),
+        }
+    }
+}
 
 impl Receivers {
     /// Consume `queue` until shutdown: read new entries, reclaim stale ones, move due retries,
@@ -53,17 +146,18 @@ impl Receivers {
         }
         let _receiving = self.receiving_guard(&queue);
         tracing::info!(%queue, consumer = %self.consumer, "receiver started");
-        let permits = Arc::new(Semaphore::new(self.settings.receiver_concurrency));
+        let mut handling = Handling::new(self.settings.receiver_concurrency);
         let mut reader: Option<redis::aio::MultiplexedConnection> = None;
         let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
-        let mut tasks = tokio::task::JoinSet::new();
+        // Set by a failed read: recover this consumer's own pending entries before reading on.
+        let mut recover = false;
         while !stop.is_cancelled() {
-            while tasks.try_join_next().is_some() {}
+            while handling.tasks.try_join_next().is_some() {}
             if last_housekeeping.elapsed()
                 >= (self.settings.receiver_lease / 4).min(Duration::from_secs(5))
             {
                 last_housekeeping = Instant::now();
-                if let Err(e) = self.housekeeping(&queue, &permits, &mut tasks).await {
+                if let Err(e) = self.housekeeping(&queue, &mut handling).await {
                     tracing::warn!(%queue, error = %e, "receiver housekeeping failed");
                 }
             }
@@ -86,40 +180,40 @@ impl Receivers {
             let Some(connection) = reader.as_mut() else {
                 continue;
             };
-            let available = permits.available_permits().max(1);
-            let opts = StreamReadOptions::default()
-                .group(CONSUMER_GROUP, &self.consumer)
-                .count(available)
-                .block(200);
-            let keys = [&key];
-            let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
-                _ = stop.cancelled() => break,
-                r = connection.xread_options(&keys, &[">"], &opts) => r,
+            let read = if recover {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = self.recover_own_pending(&queue, connection, &mut handling) => r.map(|_| None),
+                }
+            } else {
+                let available = handling.permits.available_permits().max(1);
+                let opts = StreamReadOptions::default()
+                    .group(CONSUMER_GROUP, &self.consumer)
+                    .count(available)
+                    .block(200);
+                let keys = [&key];
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = connection.xread_options(&keys, &[">"], &opts) => r,
+                }
             };
             match read {
-                Ok(Some(reply)) => {
+                Ok(reply) => {
+                    recover = false;
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
                     }
-                    for stream in reply.keys {
+                    for stream in reply.map(|r: StreamReadReply| r.keys).unwrap_or_default() {
                         for id in &stream.ids {
-                            self.spawn_handler(
-                                &queue,
-                                QueueEntry::from_stream(id),
-                                &permits,
-                                &mut tasks,
-                            )
-                            .await;
+                            self.spawn_handler(&queue, QueueEntry::from_stream(id), &mut handling)
+                                .await;
                         }
-                    }
-                }
-                Ok(None) => {
-                    if backoff.succeeded() {
-                        tracing::info!(%queue, "receiver reads the queue again");
                     }
                 }
                 Err(e) => {
                     reader = None;
+                    // The reply may have been lost with its entries delivered to this consumer.
+                    recover = true;
                     if e.code() == Some("NOGROUP") {
                         // The stream was deleted under us: recreate it and the group.
                         let _ = self.ensure_group(&queue).await;
@@ -142,6 +236,7 @@ impl Receivers {
         // Let running handlers finish: all of them when only this queue stops (each call is
         // bounded by its plugin's limits), within the grace period at shutdown. Unfinished
         // entries stay pending and are reclaimed by a consumer after the lease.
+        let tasks = &mut handling.tasks;
         let finished = async { while tasks.join_next().await.is_some() {} };
         tokio::pin!(finished);
         let drained = !shutdown.is_cancelled()
@@ -155,23 +250,109 @@ impl Receivers {
         tracing::info!(%queue, "receiver stopped");
     }
 
-    /// Handle `entry` on its own task once a concurrency permit is free.
+    /// Hand this consumer's own pending entries on `queue` that no handler task of this loop
+    /// works on (nor finished while this ran) to handler tasks: the entries of a read whose
+    /// reply was lost. Reads the consumer's pending list page by page on `connection`
+    /// (`XREADGROUP` from an id, which returns only this consumer's pending entries and never
+    /// takes another consumer's), each page after the last id of the one before, so it ends
+    /// even while every entry it sees is running. Returns how many it handed on.
+    pub(super) async fn recover_own_pending(
+        &self,
+        queue: &str,
+        connection: &mut redis::aio::MultiplexedConnection,
+        handling: &mut Handling,
+    ) -> redis::RedisResult<usize> {
+        let key = self.keys.stream(queue);
+        let opts = StreamReadOptions::default()
+            .group(CONSUMER_GROUP, &self.consumer)
+            .count(RECOVER_PAGE);
+        handling.in_flight.recovering(true);
+        let mut after = "0".to_string();
+        let mut recovered = Vec::new();
+        let read = loop {
+            let page: Option<StreamReadReply> =
+                match connection.xread_options(&[&key], &[&after], &opts).await {
+                    Ok(page) => page,
+                    Err(e) => break Err(e),
+                };
+            let ids: Vec<_> = page
+                .map(|p| p.keys.into_iter().flat_map(|k| k.ids).collect())
+                .unwrap_or_default();
+            let Some(last) = ids.last() else {
+                break Ok(());
+            };
+            after = last.id.clone();
+            recovered.extend(
+                ids.iter()
+                    .filter(|id| !handling.in_flight.taken(&id.id))
+                    .map(QueueEntry::from_stream),
+            );
+        };
+        handling.in_flight.recovering(false);
+        let count = recovered.len();
+        if count > 0 {
+            tracing::warn!(%queue, count, "recovered entries delivered to this consumer by a read whose reply was lost");
+            metrics::counter!("outbox_receiver_recovered_total", "queue" => queue.to_string())
+                .increment(count as u64);
+        }
+        // What was found is handed on even when a later page failed: it is this consumer's.
+        for entry in recovered {
+            self.spawn_handler(queue, entry, handling).await;
+        }
+        read.map(|()| count)
+    }
+
+    /// Handle `entry` on its own task once a concurrency permit is free, unless a task of this
+    /// loop handles it already.
     pub(super) async fn spawn_handler(
         &self,
         queue: &str,
         entry: QueueEntry,
-        permits: &Arc<Semaphore>,
-        tasks: &mut tokio::task::JoinSet<()>,
+        handling: &mut Handling,
     ) {
+        if !handling.in_flight.start(&entry.stream_id) {
+            return;
+        }
+        let guard = InFlightGuard {
+            in_flight: handling.in_flight.clone(),
+            stream_id: entry.stream_id.clone(),
+        };
         // The semaphore is never closed, so acquiring only waits.
-        let Ok(permit) = permits.clone().acquire_owned().await else {
+        let Ok(permit) = handling.permits.clone().acquire_owned().await else {
             return;
         };
         let me = self.clone();
         let queue = queue.to_string();
-        tasks.spawn(async move {
+        handling.tasks.spawn(async move {
             me.handle_entry(&queue, entry).await;
             drop(permit);
+            drop(guard);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recovery_leaves_running_entries_and_those_finished_while_it_ran() {
+        let in_flight = InFlight::default();
+        assert!(in_flight.start("1-0"));
+        assert!(!in_flight.start("1-0"), "one task per entry");
+        assert!(in_flight.start("2-0"));
+        in_flight.finish("2-0");
+        assert!(in_flight.taken("1-0"));
+        assert!(!in_flight.taken("2-0"), "finished before any recovery");
+
+        in_flight.recovering(true);
+        in_flight.finish("1-0");
+        assert!(
+            in_flight.taken("1-0"),
+            "finished during the recovery: its entry may be in the recovery's read, acknowledged since"
+        );
+        assert!(!in_flight.taken("3-0"), "pending here, handled by no task");
+        in_flight.recovering(false);
+        assert!(!in_flight.taken("1-0"));
     }
 }

@@ -5,12 +5,10 @@
 //! every consumer group still needs. It never trims what a group has not acknowledged and never
 //! runs a handler itself: reclaimed entries go back through the consumer.
 
-use std::sync::Arc;
-
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
-use tokio::sync::Semaphore;
 
+use super::consume::Handling;
 use super::{ctx, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
 
 /// Move due retries back into the stream: KEYS[1] retry set, KEYS[2] stream; ARGV[1] now (ms).
@@ -34,8 +32,7 @@ impl Receivers {
     pub(super) async fn housekeeping(
         &self,
         queue: &str,
-        permits: &Arc<Semaphore>,
-        tasks: &mut tokio::task::JoinSet<()>,
+        handling: &mut Handling,
     ) -> Result<(), ReceiveError> {
         let key = self.keys.stream(queue);
         let mut conn = self.conn.clone();
@@ -70,7 +67,7 @@ impl Receivers {
                 .increment(claimed.len() as u64);
         }
         for entry in claimed {
-            self.spawn_handler(queue, entry, permits, tasks).await;
+            self.spawn_handler(queue, entry, handling).await;
         }
         trim_acknowledged(&mut conn, &key).await
     }
