@@ -253,12 +253,31 @@ impl Receivers {
         HandledAs::LostClaim
     }
 
-    /// Whether `handler` already finished `event_id` (its marker says `done`). A Redis error
+    /// Whether `handler` already finished `event_id` (its marker says `done`).
+    pub(super) async fn marker_done(
+        &self,
+        handler: &str,
+        event_id: i64,
+    ) -> Result<bool, ReceiveError> {
+        let marker = self.keys.handled_marker(handler, event_id);
+        let state: Option<String> = ctx(self.conn.clone().get(&marker).await, || {
+            format!("read the handled marker {marker}")
+        })?;
+        Ok(state.as_deref().is_some_and(marker_is_done))
+    }
+
+    /// [`marker_done`](Self::marker_done) retried through blips; an error that outlasts them
     /// counts as not finished.
     pub(super) async fn already_done(&self, handler: &str, event_id: i64) -> bool {
-        let marker = self.keys.handled_marker(handler, event_id);
-        let state: Option<String> = self.conn.clone().get(&marker).await.unwrap_or(None);
-        state.as_deref().is_some_and(marker_is_done)
+        retry_blips(
+            "read the handled marker",
+            blips::STAGE,
+            self.blip_deadline(),
+            blips::receive_blip,
+            || self.marker_done(handler, event_id),
+        )
+        .await
+        .unwrap_or(false)
     }
 
     /// Finish (ok) one claimed entry: mark the claimed (handler, event) done for
@@ -301,8 +320,11 @@ impl Receivers {
                 let again = std::mem::replace(&mut tried, true);
                 async move {
                     match self.finish_ok(queue, claim, stream_id).await? {
+                        // A blip while reading the marker is retried with the whole step, not
+                        // taken for a lost claim (which would leave the entry without receipt).
                         Settled::LostClaim
-                            if again && self.already_done(&claim.handler, claim.event_id).await =>
+                            if again
+                                && self.marker_done(&claim.handler, claim.event_id).await? =>
                         {
                             Ok(Settled::Recorded)
                         }
