@@ -16,9 +16,12 @@ pub struct Event {
     pub event_version: i32,
     /// Tenant the event belongs to, if any.
     pub tenant_id: Option<String>,
-    /// The event's JSON object, as text.
+    /// The event's JSON object, as text. A router receives it (and `headers`) only when its
+    /// `[plugins.NAME]` in `routes.toml` sets `router_payload = true`; otherwise both are empty
+    /// strings (a stored payload is never empty: it is a JSON object).
     pub payload: String,
-    /// Trace context / correlation headers: a JSON object, as text.
+    /// Trace context / correlation headers: a JSON object, as text (empty for a router, as
+    /// `payload` is).
     pub headers: String,
     /// The producer's idempotency key, if any.
     pub dispatch_key: Option<String>,

@@ -27,7 +27,9 @@ impl Route {
 /// A router plugin.
 ///
 /// The host calls [`Router::route`] with a batch of claimed events and the plugin's JSON config
-/// from `routes.toml` (for the default prefix router: the routing table).
+/// from `routes.toml` (for the default prefix router: the routing table). Each event's `payload`
+/// and `headers` are empty strings unless the plugin's `[plugins.NAME]` sets
+/// `router_payload = true`: a router that routes by content asks for them there.
 pub trait Router {
     /// Route `events`. Must return exactly one [`Route`] per event, in the same order; the host
     /// rejects the whole batch otherwise. Called only when [`Router::check_config`] accepted

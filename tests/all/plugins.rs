@@ -192,6 +192,56 @@ async fn a_router_answer_naming_a_queue_twice_fails_only_that_event(pool: PgPool
     env.cleanup().await;
 }
 
+/// Routers get payloads and headers only when their spec asks (`router_payload = true`): the
+/// same content-based router plugin routes by payload where it may read it, and where it may
+/// not (the default, as for the prefix router) it sees both as empty strings.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_router_plugin_reads_payloads_only_when_its_spec_asks_for_them(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let extra =
+        "[router.overrides]\n\"content.\" = \"payload-router\"\n\"blind.\" = \"payload-blind\"\n\
+                 [plugins.payload-router]\nrouter_payload = true\n\
+                 [plugins.payload-blind]\nfile = \"payload-router.wasm\"\n";
+    let fixture = PluginFixture::new(
+        &["prefix-router", "test/payload-router"],
+        &plugin_routes(extra),
+    );
+    let config = fixture.config(&env.settings);
+    let live = LiveConfig::start(&config).await.unwrap();
+    let dispatcher = env.dispatcher_routed_by("w1", live.router.clone()).await;
+    let routed = |event_type: &str| {
+        NewEvent::new(event_type, json!({"queue": "outbox.audit"}))
+            .with_headers(json!({"route": "by-payload"}))
+    };
+    let ids = env
+        .publish_all(vec![
+            routed("content.created"),
+            routed("blind.created"),
+            NewEvent::new("mail.welcome", json!({"queue": "outbox.audit"})),
+        ])
+        .await;
+    let report = dispatcher.drain().await.unwrap();
+    assert_eq!((report.done, report.failed), (2, 1), "{report:?}");
+    assert_eq!(
+        env.event_ids("outbox.audit").await,
+        vec![ids[0]],
+        "routed by its payload"
+    );
+    assert_eq!(
+        env.event_ids("outbox.mail").await,
+        vec![ids[2]],
+        "the prefix router as ever"
+    );
+    let (status, _, error) = env.status(ids[1]).await;
+    assert_eq!(status, "failed");
+    let error = error.unwrap();
+    assert!(
+        error.contains(&format!("payload of event {} withheld", ids[1])),
+        "{error}"
+    );
+    env.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_guest_cannot_read_files_env_or_open_sockets() {
     let extra = "[router.overrides]\n\"probe.\" = \"sandbox-probe\"\n[plugins.sandbox-probe]\n";

@@ -197,6 +197,12 @@ pub struct PluginSpec {
     /// Free-form config handed to the plugin as JSON on every call.
     #[serde(default)]
     pub config: Option<toml::Value>,
+    /// Router plugins only: hand each event's `payload` and `headers` to the plugin (default
+    /// false: a router receives them as empty strings, and every other field of the event).
+    /// Content-based routers set it; routing by type alone does not pay for copying payloads
+    /// into the guest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub router_payload: bool,
     /// Capabilities this plugin may use.
     #[serde(default)]
     pub grants: Grants,

@@ -1,6 +1,7 @@
 //! Routing through router plugins: the [`Router`] seam implemented in WebAssembly.
 //!
-//! Owns turning claimed events into the WIT `event` record, splitting a batch between the default
+//! Owns turning claimed events into the WIT `event` record (payload and headers only for a router
+//! whose spec sets `router_payload`), splitting a batch between the default
 //! router plugin and `[router.overrides]` (longest prefix), and mapping answers back to
 //! [`RouteDecision`]s. It looks each plugin up once per batch, so a hot reload takes effect at the
 //! next batch and never inside one. It never touches PostgreSQL or Redis.
@@ -66,7 +67,9 @@ impl PluginRouter {
             .registry
             .get(plugin_name)
             .ok_or_else(|| PluginError::NotLoaded(plugin_name.to_string()))?;
-        let wit_events: Vec<WitEvent> = events.iter().map(|e| to_wit_event(e)).collect();
+        let payload = plugin.spec.router_payload;
+        let wit_events: Vec<WitEvent> =
+            events.iter().map(|e| to_router_event(e, payload)).collect();
         let answer = plugin.call_router(&wit_events)?;
         let router = format!("plugin {plugin_name}");
         Ok(answer
@@ -82,15 +85,28 @@ impl PluginRouter {
     }
 }
 
-/// The WIT record of a claimed event.
+/// The WIT record of a claimed event, whole (handlers, offline calls).
 pub fn to_wit_event(e: &ClaimedEvent) -> WitEvent {
+    to_router_event(e, true)
+}
+
+/// The WIT record a router plugin receives: every field, but `payload` and `headers` only when
+/// `payload` is true (the plugin's `router_payload`), else empty strings. A stored payload or
+/// header set is never empty (both are JSON objects), so an empty string always means withheld.
+/// Most routers route by type: withholding what they never read saves copying it into the
+/// guest for every event of every batch.
+pub fn to_router_event(e: &ClaimedEvent, payload: bool) -> WitEvent {
+    let (payload, headers) = match payload {
+        true => (e.payload.clone(), e.headers.clone()),
+        false => (String::new(), String::new()),
+    };
     WitEvent {
         id: e.id,
         event_type: e.event_type.clone(),
         event_version: e.event_version,
         tenant_id: e.tenant_id.clone(),
-        payload: e.payload.clone(),
-        headers: e.headers.clone(),
+        payload,
+        headers,
         dispatch_key: e.dispatch_key.clone(),
         created_at: e
             .created_at

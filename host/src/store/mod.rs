@@ -157,46 +157,55 @@ pub struct Claim {
     pub events: Vec<ClaimedEvent>,
 }
 
+/// The claim statement of [`claim_due_events`] (`$1` limit, `$2` worker id, `$3` lease in
+/// seconds), public so that tests can check its plan.
+///
+/// The update reaches the locked rows by their `ctid` list (one TID scan of exactly those rows),
+/// never by a plain join on `id`: a join lets the planner hash the whole table (a sequential
+/// scan) as soon as many rows are waiting, which made every claim cost grow with the table
+/// instead of the batch. The row lock taken in `due` keeps each `ctid` valid until the update in
+/// the same statement; a row another transaction changed after this statement's snapshot is not
+/// visible at its TID and is left for the next claim (never half-claimed).
+pub const CLAIM_SQL: &str = r#"
+    WITH due AS (
+        SELECT ctid, status AS previous_status
+        FROM outbox_event
+        WHERE status IN ('pending', 'processing') AND available_at <= now()
+        ORDER BY available_at, id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE outbox_event e
+    SET status = 'processing',
+        attempts = e.attempts + 1,
+        claimed_by = $2,
+        claimed_at = now(),
+        claim_expires_at = now() + make_interval(secs => $3),
+        available_at = now() + make_interval(secs => $3)
+    FROM due
+    WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM due)) AND e.ctid = due.ctid
+    RETURNING e.id, e.tenant_id, e.event_type, e.event_version, e.payload::text AS payload,
+              e.headers::text AS headers, e.dispatch_key, e.ordering_key, e.attempts,
+              e.created_at, e.claimed_at, due.previous_status = 'processing' AS recovered
+    "#;
+
 /// Claim up to `limit` due rows: pending rows whose `available_at` has passed and processing
 /// rows whose lease expired. Claimed rows get `status = processing`, `attempts + 1` and a lease
 /// of `lease` (stored both as `claim_expires_at` and as `available_at`, so the one partial index
-/// finds expired leases too).
+/// finds expired leases too). One statement ([`CLAIM_SQL`]), autocommitted.
 pub async fn claim_due_events(
     pool: &PgPool,
     worker_id: &str,
     limit: i64,
     lease: Duration,
 ) -> Result<Claim, StoreError> {
-    let rows = sqlx::query(
-        r#"
-        WITH due AS (
-            SELECT id, status AS previous_status
-            FROM outbox_event
-            WHERE status IN ('pending', 'processing') AND available_at <= now()
-            ORDER BY available_at, id
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED
-        )
-        UPDATE outbox_event e
-        SET status = 'processing',
-            attempts = e.attempts + 1,
-            claimed_by = $2,
-            claimed_at = now(),
-            claim_expires_at = now() + make_interval(secs => $3),
-            available_at = now() + make_interval(secs => $3)
-        FROM due
-        WHERE e.id = due.id
-        RETURNING e.id, e.tenant_id, e.event_type, e.event_version, e.payload::text AS payload,
-                  e.headers::text AS headers, e.dispatch_key, e.ordering_key, e.attempts,
-                  e.created_at, e.claimed_at, due.previous_status = 'processing' AS recovered
-        "#,
-    )
-    .bind(limit)
-    .bind(worker_id)
-    .bind(lease.as_secs_f64())
-    .fetch_all(pool)
-    .await
-    .context("claim_due_events")?;
+    let rows = sqlx::query(CLAIM_SQL)
+        .bind(limit)
+        .bind(worker_id)
+        .bind(lease.as_secs_f64())
+        .fetch_all(pool)
+        .await
+        .context("claim_due_events")?;
 
     let mut claimed_at = Utc::now();
     let mut events = Vec::with_capacity(rows.len());
@@ -316,62 +325,55 @@ pub struct RecordedCounts {
     pub released: u64,
 }
 
-/// Record a batch's outcomes in one transaction: one statement for all `done` rows, one for the
-/// rest, and one upsert for fan-out deliveries. Only rows still held under `claim`'s lease change,
-/// so running it again after an error is safe: what the first run committed is no longer held
-/// and is left alone (it then reads as "lease lost" in the counts).
+/// Record a batch's outcomes in one autocommitted statement (one round trip instead of a
+/// transaction of several): the fan-out deliveries' upsert, every `done` row (by `id = ANY`,
+/// the primary key), and the rest (retry, failed, released; joined with their errors and delays
+/// as arrays), each a data-modifying CTE over disjoint rows. Only rows still held under
+/// `claim`'s lease change (deliveries included), so running it again after an error is safe:
+/// what the first run committed is no longer held and is left alone (it then reads as "lease
+/// lost" in the counts).
 pub async fn record_outcomes(
     pool: &PgPool,
     claim: &Claim,
     outcomes: &[(i64, EventOutcome)],
     deliveries: &[DeliveryRecord],
 ) -> Result<RecordedCounts, StoreError> {
-    let mut done_ids = Vec::new();
+    let mut done_ids = Vec::with_capacity(outcomes.len());
     let (mut ids, mut statuses, mut errors, mut delays) = (vec![], vec![], vec![], vec![]);
     for (id, outcome) in outcomes {
-        match outcome {
-            EventOutcome::Done => done_ids.push(*id),
-            EventOutcome::Retry { error, delay } => {
-                ids.push(*id);
-                statuses.push("pending");
-                errors.push(error.clone());
-                delays.push(delay.as_secs_f64());
+        let (status, error, delay) = match outcome {
+            EventOutcome::Done => {
+                done_ids.push(*id);
+                continue;
             }
-            EventOutcome::Failed { error } => {
-                ids.push(*id);
-                statuses.push("failed");
-                errors.push(error.clone());
-                delays.push(0.0);
-            }
-            EventOutcome::Released { error } => {
-                ids.push(*id);
-                statuses.push("released");
-                errors.push(error.clone());
-                delays.push(0.0);
-            }
-        }
+            EventOutcome::Retry { error, delay } => ("pending", error, delay.as_secs_f64()),
+            EventOutcome::Failed { error } => ("failed", error, 0.0),
+            EventOutcome::Released { error } => ("released", error, 0.0),
+        };
+        ids.push(*id);
+        statuses.push(status);
+        errors.push(error.as_str());
+        delays.push(delay);
     }
-    let mut counts = RecordedCounts::default();
-    let mut tx = pool.begin().await.context("record_outcomes: begin")?;
-    if !deliveries.is_empty() {
-        let (mut d_ids, mut d_dest, mut d_stream, mut d_err) = (vec![], vec![], vec![], vec![]);
-        for d in deliveries {
-            d_ids.push(d.event_id);
-            d_dest.push(d.destination.clone());
-            d_stream.push(d.stream_id.clone());
-            d_err.push(d.error.clone());
-        }
-        sqlx::query(
-            r#"
+    let (mut d_ids, mut d_dest, mut d_stream, mut d_err) = (vec![], vec![], vec![], vec![]);
+    for d in deliveries {
+        d_ids.push(d.event_id);
+        d_dest.push(d.destination.as_str());
+        d_stream.push(d.stream_id.as_deref());
+        d_err.push(d.error.as_deref());
+    }
+    let rows = sqlx::query(
+        r#"
+        WITH delivered AS (
             INSERT INTO outbox_delivery AS d
                 (event_id, destination, status, attempts, last_error, stream_id, delivered_at)
             SELECT v.event_id, v.destination,
                    CASE WHEN v.err IS NULL THEN 'done' ELSE 'pending' END, 1, v.err, v.stream_id,
                    CASE WHEN v.err IS NULL THEN now() END
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
+            FROM unnest($6::bigint[], $7::text[], $8::text[], $9::text[])
                  AS v(event_id, destination, stream_id, err)
             JOIN outbox_event e ON e.id = v.event_id
-            WHERE e.status = 'processing' AND e.claimed_by = $5 AND e.claimed_at = $6
+            WHERE e.status = 'processing' AND e.claimed_by = $10 AND e.claimed_at = $11
             ON CONFLICT (event_id, destination) DO UPDATE
             SET status = EXCLUDED.status,
                 attempts = d.attempts + 1,
@@ -379,40 +381,14 @@ pub async fn record_outcomes(
                 stream_id = coalesce(EXCLUDED.stream_id, d.stream_id),
                 delivered_at = EXCLUDED.delivered_at
             WHERE d.status <> 'done'
-            "#,
-        )
-        .bind(&d_ids)
-        .bind(&d_dest)
-        .bind(&d_stream)
-        .bind(&d_err)
-        .bind(&claim.worker_id)
-        .bind(claim.claimed_at)
-        .execute(&mut *tx)
-        .await
-        .context("record_outcomes: deliveries")?;
-    }
-    if !done_ids.is_empty() {
-        counts.done = sqlx::query(
-            r#"
+        ),
+        done AS (
             UPDATE outbox_event
             SET status = 'done', processed_at = now(), last_error = NULL, claim_expires_at = NULL
-            WHERE id = ANY($1) AND status = 'processing' AND claimed_by = $2 AND claimed_at = $3
-            "#,
-        )
-        .bind(&done_ids)
-        .bind(&claim.worker_id)
-        .bind(claim.claimed_at)
-        .execute(&mut *tx)
-        .await
-        .context(format!(
-            "record_outcomes: mark {} events done",
-            done_ids.len()
-        ))?
-        .rows_affected();
-    }
-    if !ids.is_empty() {
-        let rows = sqlx::query(
-            r#"
+            WHERE id = ANY($1) AND status = 'processing' AND claimed_by = $10 AND claimed_at = $11
+            RETURNING 'done'::text AS status
+        ),
+        other AS (
             UPDATE outbox_event e
             SET status = CASE WHEN v.status = 'released' THEN 'pending' ELSE v.status END,
                 attempts = CASE WHEN v.status = 'released' THEN greatest(e.attempts - 1, 0)
@@ -423,34 +399,46 @@ pub async fn record_outcomes(
                                     ELSE e.available_at END,
                 processed_at = CASE WHEN v.status = 'failed' THEN now() ELSE e.processed_at END,
                 claim_expires_at = NULL
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::float8[])
+            FROM unnest($2::bigint[], $3::text[], $4::text[], $5::float8[])
                  AS v(id, status, err, delay_s)
-            WHERE e.id = v.id AND e.status = 'processing' AND e.claimed_by = $5
-              AND e.claimed_at = $6
+            WHERE e.id = v.id AND e.status = 'processing' AND e.claimed_by = $10
+              AND e.claimed_at = $11
             RETURNING v.status
-            "#,
         )
-        .bind(&ids)
-        .bind(&statuses)
-        .bind(&errors)
-        .bind(&delays)
-        .bind(&claim.worker_id)
-        .bind(claim.claimed_at)
-        .fetch_all(&mut *tx)
-        .await
-        .context(format!(
-            "record_outcomes: {} retried, released or failed events",
-            ids.len()
-        ))?;
-        for row in rows {
-            match row.get::<&str, _>("status") {
-                "pending" => counts.retried += 1,
-                "released" => counts.released += 1,
-                _ => counts.failed += 1,
-            }
+        SELECT status, count(*) AS n
+        FROM (SELECT status FROM done UNION ALL SELECT status FROM other) AS recorded
+        GROUP BY status
+        "#,
+    )
+    .bind(&done_ids)
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&errors)
+    .bind(&delays)
+    .bind(&d_ids)
+    .bind(&d_dest)
+    .bind(&d_stream)
+    .bind(&d_err)
+    .bind(&claim.worker_id)
+    .bind(claim.claimed_at)
+    .fetch_all(pool)
+    .await
+    .context(format!(
+        "record_outcomes: {} events ({} done), {} deliveries",
+        outcomes.len(),
+        done_ids.len(),
+        deliveries.len()
+    ))?;
+    let mut counts = RecordedCounts::default();
+    for row in rows {
+        let n = u64::try_from(row.get::<i64, _>("n")).unwrap_or(0);
+        match row.get::<&str, _>("status") {
+            "done" => counts.done += n,
+            "pending" => counts.retried += n,
+            "released" => counts.released += n,
+            _ => counts.failed += n,
         }
     }
-    tx.commit().await.context("record_outcomes: commit")?;
     Ok(counts)
 }
 

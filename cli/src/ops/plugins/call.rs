@@ -176,6 +176,7 @@ pub fn call_plugin_file(
         None => empty_spec()?,
     };
     let limits = PluginLimits::from_spec(&spec);
+    let router_payload = spec.router_payload;
     let mut out = format!(
         "{name}: world {world}, sha256 {}, config: {config_source}\n",
         short_hash(&compiled.hash)
@@ -187,9 +188,10 @@ pub fn call_plugin_file(
     let call_time = match world {
         World::Router => {
             let events = events_from_input(input)?;
+            // Payload and headers only when the spec asks for them, as the dispatcher does.
             let wit: Vec<_> = events
                 .iter()
-                .map(outbox_host::plugin::router::to_wit_event)
+                .map(|e| outbox_host::plugin::router::to_router_event(e, router_payload))
                 .collect();
             let started = Instant::now();
             let answer = plugin.call_router(&wit);
