@@ -151,48 +151,23 @@ impl Dispatcher {
 
     /// Claim and dispatch until nothing is due right now (`outbox drain`). Events whose retry is
     /// scheduled later are left for later. Returns the summed report.
-    ///
-    /// Pipelined as [`run`](Self::run) is: up to [`BATCHES_IN_FLIGHT`] batches at once, the
-    /// next claimed while the last is routed, enqueued and recorded. It stops claiming after a
-    /// queue-system blip (returning with `redis_unavailable`) or an error (returned once the
-    /// batches in flight have finished), and ends when a claim finds nothing due with no batch
-    /// in flight (a batch in flight may still make events due at once).
     pub async fn drain(&self) -> Result<BatchReport, store::StoreError> {
         let mut total = BatchReport::default();
-        let mut failure: Option<store::StoreError> = None;
-        let mut in_flight: JoinSet<Result<BatchReport, store::StoreError>> = JoinSet::new();
         loop {
-            let stopping = failure.is_some() || total.redis_unavailable;
-            while in_flight.len() >= BATCHES_IN_FLIGHT || (stopping && !in_flight.is_empty()) {
-                if let Some(joined) = in_flight.join_next().await {
-                    add_batch(&mut total, &mut failure, joined);
-                }
-            }
-            if failure.is_some() || total.redis_unavailable {
-                break;
-            }
-            let claim = match self.claim().await {
-                Ok(claim) => claim,
-                Err(e) => {
-                    failure = Some(e);
-                    continue;
-                }
-            };
+            let claim = self.claim().await?;
             if claim.events.is_empty() {
-                match in_flight.join_next().await {
-                    Some(joined) => {
-                        add_batch(&mut total, &mut failure, joined);
-                        continue;
-                    }
-                    None => break,
-                }
+                return Ok(total);
             }
-            let me = self.clone();
-            in_flight.spawn(async move { me.dispatch_claim(claim).await });
-        }
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(total),
+            let report = self.dispatch_claim(claim).await?;
+            total.claimed += report.claimed;
+            total.done += report.done;
+            total.retried += report.retried;
+            total.failed += report.failed;
+            total.released += report.released;
+            if report.redis_unavailable {
+                total.redis_unavailable = true;
+                return Ok(total);
+            }
         }
     }
 
@@ -611,30 +586,6 @@ impl Dispatcher {
             tracing::warn!(event_id = event.id, event_type = %event.event_type, attempt = event.attempts, retry_in = ?delay, %error, "dispatch failed; will retry");
             EventOutcome::Retry { error, delay }
         }
-    }
-}
-
-/// Add one finished batch of [`Dispatcher::drain`] to `total`, or keep its error (the first).
-/// A batch that panicked panics the drain too.
-fn add_batch(
-    total: &mut BatchReport,
-    failure: &mut Option<store::StoreError>,
-    joined: Result<Result<BatchReport, store::StoreError>, tokio::task::JoinError>,
-) {
-    match joined {
-        Ok(Ok(report)) => {
-            total.claimed += report.claimed;
-            total.done += report.done;
-            total.retried += report.retried;
-            total.failed += report.failed;
-            total.released += report.released;
-            total.redis_unavailable |= report.redis_unavailable;
-        }
-        Ok(Err(e)) => {
-            failure.get_or_insert(e);
-        }
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => tracing::error!(error = %e, "a drained batch was cancelled"),
     }
 }
 

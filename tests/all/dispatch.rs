@@ -1,15 +1,9 @@
 //! Dispatch: every committed event reaches exactly the queues its route names, once.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
-use outbox_host::dispatch::Dispatcher;
-use outbox_host::routing::{RouteDecision, RouterHandle};
-use outbox_host::sink::{Enqueue, EnqueueResult, RedisSink, Sink, SinkError};
+use outbox_host::routing::RouteDecision;
 use outbox_host::NewEvent;
 use outbox_tests::TestEnv;
 use serde_json::json;
@@ -301,101 +295,4 @@ async fn embedded_host_dispatches_and_shuts_down(pool: PgPool) {
     assert_eq!(workers, 1, "heartbeat registered the worker");
     assert_eq!(env.event_ids("outbox.audit").await, vec![id]);
     env.cleanup().await;
-}
-
-/// The real sink, whose first hand-off waits (up to 10 s) until the dispatcher has claimed a
-/// second batch while the first is still in flight, and notes whether it saw that happen.
-struct WaitsForTheNextClaim {
-    inner: RedisSink,
-    pool: PgPool,
-    batch: i64,
-    first: AtomicBool,
-    overlapped: AtomicBool,
-}
-
-impl Sink for WaitsForTheNextClaim {
-    fn name(&self) -> &str {
-        "waits-for-the-next-claim"
-    }
-
-    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
-        async move {
-            if !self.first.swap(true, Ordering::SeqCst) {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while Instant::now() < deadline {
-                    let processing: i64 = sqlx::query_scalar(
-                        "SELECT count(*) FROM outbox_event WHERE status = 'processing'",
-                    )
-                    .fetch_one(&self.pool)
-                    .await
-                    .unwrap();
-                    if processing > self.batch {
-                        self.overlapped.store(true, Ordering::SeqCst);
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-            self.inner.enqueue_all(items).await
-        }
-        .boxed()
-    }
-
-    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
-        self.inner.ping().boxed()
-    }
-}
-
-/// `outbox drain` runs the pipelined path `run` does: the next batch is claimed while the last
-/// is still being handed off, and every event still arrives once. (Before, drain did one batch
-/// at a time: the first hand-off waited its 10 s and never saw a second claim.)
-#[sqlx::test(migrations = "../migrations")]
-async fn drain_claims_the_next_batch_while_one_is_in_flight_and_enqueues_each_event_once(
-    pool: PgPool,
-) {
-    let mut env = TestEnv::new(pool).await;
-    env.settings.dispatch_batch_size = 10;
-    env.insert_many("mail.pipelined", 45).await;
-    let sink = Arc::new(WaitsForTheNextClaim {
-        inner: env.sink().await,
-        pool: env.pool.clone(),
-        batch: 10,
-        first: AtomicBool::new(false),
-        overlapped: AtomicBool::new(false),
-    });
-    let dispatcher = Dispatcher::new(
-        env.pool.clone(),
-        SharedSink(sink.clone()),
-        RouterHandle::new(TestEnv::default_table()),
-        Arc::new(env.settings.clone()),
-        "pipelined-drain",
-    );
-    let report = dispatcher.drain().await.unwrap();
-    assert!(
-        sink.overlapped.load(Ordering::SeqCst),
-        "a second batch was claimed while the first was in flight"
-    );
-    assert_eq!((report.claimed, report.done), (45, 45), "{report:?}");
-    let ids = env.event_ids("outbox.mail").await;
-    assert_eq!(ids.len(), 45, "one stream entry per event");
-    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 45);
-    assert_eq!(env.count("done").await, 45);
-    env.cleanup().await;
-}
-
-/// A sink shared with the test, which reads what it saw.
-struct SharedSink(Arc<WaitsForTheNextClaim>);
-
-impl Sink for SharedSink {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
-        self.0.enqueue_all(items)
-    }
-
-    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
-        self.0.ping()
-    }
 }
