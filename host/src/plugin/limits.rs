@@ -277,15 +277,12 @@ pub const MAX_REASON_BYTES: usize = 1024;
 pub fn bounded_reason(reason: &str) -> String {
     const CUT_MARK: &str = "…";
     let cut = reason.len() > MAX_REASON_BYTES;
-    let mut end = if cut {
-        MAX_REASON_BYTES - CUT_MARK.len()
+    let kept = if cut {
+        crate::capability::clip(reason, MAX_REASON_BYTES - CUT_MARK.len())
     } else {
-        reason.len()
+        reason
     };
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut bounded: String = reason[..end]
+    let mut bounded: String = kept
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();

@@ -152,27 +152,20 @@ impl LoadedPlugin {
         let Prepared::Router(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Router));
         };
-        let answer =
-            block_on(
-                self.engine
-                    .call_router(self.call_of(), pre, &self.config_json, events),
-            )
-            .and_then(|answer| answer)
-            .map_err(|e| self.explain_config_refusal(e))
-            .and_then(|answer| {
-                if answer.len() == events.len() {
-                    Ok(answer)
-                } else {
-                    Err(PluginError::Call {
-                        plugin: self.name.to_string(),
-                        message: format!(
-                            "returned {} routes for {} events",
-                            answer.len(),
-                            events.len()
-                        ),
-                    })
-                }
-            });
+        let answer = self.run_router(pre, events).and_then(|answer| {
+            if answer.len() == events.len() {
+                Ok(answer)
+            } else {
+                Err(PluginError::Call {
+                    plugin: self.name.to_string(),
+                    message: format!(
+                        "returned {} routes for {} events",
+                        answer.len(),
+                        events.len()
+                    ),
+                })
+            }
+        });
         self.record_call(answer.is_ok());
         answer
     }
@@ -245,16 +238,24 @@ impl LoadedPlugin {
         let Prepared::Router(pre) = &self.compiled.prepared else {
             return Ok(());
         };
-        match block_on(
-            self.engine
-                .call_router(self.call_of(), pre, &self.config_json, &[]),
-        )
-        .and_then(|answer| answer)
-        .map_err(|e| self.explain_config_refusal(e))
-        {
+        match self.run_router(pre, &[]) {
             Err(e @ PluginError::Config { .. }) => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// One router call on this thread, a refused config reported as [`PluginError::Config`].
+    fn run_router(
+        &self,
+        pre: &super::bindings::router_world::RouterPre<super::engine::HostState>,
+        events: &[WitEvent],
+    ) -> Result<Vec<WitRouteDecision>, PluginError> {
+        block_on(
+            self.engine
+                .call_router(self.call_of(), pre, &self.config_json, events),
+        )
+        .and_then(|answer| answer)
+        .map_err(|e| self.explain_config_refusal(e))
     }
 
     /// A failed router call whose guest said its config is invalid, as [`PluginError::Config`].
