@@ -151,23 +151,55 @@ impl Dispatcher {
 
     /// Claim and dispatch until nothing is due right now (`outbox drain`). Events whose retry is
     /// scheduled later are left for later. Returns the summed report.
+    ///
+    /// Pipelined as [`run`](Self::run) is: up to [`BATCHES_IN_FLIGHT`] batches at once, the next
+    /// claimed while the last is routed, enqueued and recorded, once a batch has gone through
+    /// clean. Until then batches go one at a time: a blipped batch's events are released due at
+    /// once, and a batch claimed beside it would take them again only to release them again. It
+    /// stops claiming after a queue-system blip (returning with `redis_unavailable`) or an error,
+    /// and it returns only when no batch is in flight, so no row it claimed is left `processing`
+    /// (a batch whose outcome write failed for good is the exception: its error is returned, and
+    /// its rows come back after the lease).
     pub async fn drain(&self) -> Result<BatchReport, store::StoreError> {
         let mut total = BatchReport::default();
+        let mut failure: Option<store::StoreError> = None;
+        let mut in_flight: JoinSet<Result<BatchReport, store::StoreError>> = JoinSet::new();
+        let mut sink_answers = false;
         loop {
-            let claim = self.claim().await?;
+            let stopping = failure.is_some() || total.redis_unavailable;
+            let most = if sink_answers { BATCHES_IN_FLIGHT } else { 1 };
+            while in_flight.len() >= most || (stopping && !in_flight.is_empty()) {
+                if let Some(joined) = in_flight.join_next().await {
+                    sink_answers |= add_batch(&mut total, &mut failure, joined);
+                }
+            }
+            if failure.is_some() || total.redis_unavailable {
+                break;
+            }
+            let claim = match self.claim().await {
+                Ok(claim) => claim,
+                Err(e) => {
+                    failure = Some(e);
+                    continue;
+                }
+            };
             if claim.events.is_empty() {
-                return Ok(total);
+                // A batch in flight may still make events due at once (a release): look again
+                // once it is done.
+                match in_flight.join_next().await {
+                    Some(joined) => {
+                        sink_answers |= add_batch(&mut total, &mut failure, joined);
+                        continue;
+                    }
+                    None => break,
+                }
             }
-            let report = self.dispatch_claim(claim).await?;
-            total.claimed += report.claimed;
-            total.done += report.done;
-            total.retried += report.retried;
-            total.failed += report.failed;
-            total.released += report.released;
-            if report.redis_unavailable {
-                total.redis_unavailable = true;
-                return Ok(total);
-            }
+            let me = self.clone();
+            in_flight.spawn(async move { me.dispatch_claim(claim).await });
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(total),
         }
     }
 
@@ -585,6 +617,36 @@ impl Dispatcher {
             let delay = self.settings.backoff_after(event.attempts);
             tracing::warn!(event_id = event.id, event_type = %event.event_type, attempt = event.attempts, retry_in = ?delay, %error, "dispatch failed; will retry");
             EventOutcome::Retry { error, delay }
+        }
+    }
+}
+
+/// Add one finished batch of [`Dispatcher::drain`] to `total`, or keep its error (the first).
+/// True when the batch went through clean (no error, no queue-system blip). A batch that
+/// panicked panics the drain too.
+fn add_batch(
+    total: &mut BatchReport,
+    failure: &mut Option<store::StoreError>,
+    joined: Result<Result<BatchReport, store::StoreError>, tokio::task::JoinError>,
+) -> bool {
+    match joined {
+        Ok(Ok(report)) => {
+            total.claimed += report.claimed;
+            total.done += report.done;
+            total.retried += report.retried;
+            total.failed += report.failed;
+            total.released += report.released;
+            total.redis_unavailable |= report.redis_unavailable;
+            !report.redis_unavailable
+        }
+        Ok(Err(e)) => {
+            failure.get_or_insert(e);
+            false
+        }
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => {
+            tracing::error!(error = %e, "a drained batch was cancelled");
+            false
         }
     }
 }

@@ -1,11 +1,17 @@
 //! Dispatch: every committed event reaches exactly the queues its route names, once.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::routing::RouteDecision;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::routing::{RouteDecision, RouterHandle};
+use outbox_host::sink::{Enqueue, EnqueueResult, RedisSink, Sink, SinkError};
 use outbox_host::NewEvent;
-use outbox_tests::TestEnv;
+use outbox_tests::{OutageProxy, TestEnv};
 use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -294,5 +300,158 @@ async fn embedded_host_dispatches_and_shuts_down(pool: PgPool) {
             .unwrap();
     assert_eq!(workers, 1, "heartbeat registered the worker");
     assert_eq!(env.event_ids("outbox.audit").await, vec![id]);
+    env.cleanup().await;
+}
+
+/// The real sink, whose second hand-off waits (up to 30 s) until the dispatcher has claimed a
+/// third batch while the second is still in flight, and notes whether it saw that happen.
+struct WaitsForTheNextClaim {
+    inner: RedisSink,
+    pool: PgPool,
+    batch: i64,
+    hand_offs: AtomicUsize,
+    overlapped: AtomicBool,
+}
+
+impl Sink for WaitsForTheNextClaim {
+    fn name(&self) -> &str {
+        "waits-for-the-next-claim"
+    }
+
+    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
+        async move {
+            // The first batch goes alone (the sink has not answered yet); from the second on
+            // the next is claimed while one is in flight.
+            if self.hand_offs.fetch_add(1, Ordering::SeqCst) == 1 {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while Instant::now() < deadline {
+                    let processing: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM outbox_event WHERE status = 'processing'",
+                    )
+                    .fetch_one(&self.pool)
+                    .await
+                    .unwrap();
+                    if processing > self.batch {
+                        self.overlapped.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            self.inner.enqueue_all(items).await
+        }
+        .boxed()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
+        self.inner.ping().boxed()
+    }
+}
+
+/// A sink shared with the test, which reads what it saw.
+struct SharedSink(Arc<WaitsForTheNextClaim>);
+
+impl Sink for SharedSink {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
+        self.0.enqueue_all(items)
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
+        self.0.ping()
+    }
+}
+
+/// `outbox drain` runs the pipelined path `run` does: once a batch went through clean, the next
+/// batch is claimed while the last is still being handed off, and every event arrives once.
+/// (One batch at a time, the second hand-off would wait its 30 s and never see a third claim.)
+#[sqlx::test(migrations = "../migrations")]
+async fn drain_claims_the_next_batch_while_one_is_in_flight_and_enqueues_each_event_once(
+    pool: PgPool,
+) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.dispatch_batch_size = 10;
+    env.insert_many("mail.pipelined", 45).await;
+    let sink = Arc::new(WaitsForTheNextClaim {
+        inner: env.sink().await,
+        pool: env.pool.clone(),
+        batch: 10,
+        hand_offs: AtomicUsize::new(0),
+        overlapped: AtomicBool::new(false),
+    });
+    let dispatcher = Dispatcher::new(
+        env.pool.clone(),
+        SharedSink(sink.clone()),
+        RouterHandle::new(TestEnv::default_table()),
+        Arc::new(env.settings.clone()),
+        "pipelined-drain",
+    );
+    let report = dispatcher.drain().await.unwrap();
+    assert!(
+        sink.overlapped.load(Ordering::SeqCst),
+        "a third batch was claimed while the second was in flight"
+    );
+    assert_eq!((report.claimed, report.done), (45, 45), "{report:?}");
+    let ids = env.event_ids("outbox.mail").await;
+    assert_eq!(ids.len(), 45, "one stream entry per event");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 45);
+    assert_eq!(env.count("done").await, 45);
+    env.cleanup().await;
+}
+
+/// A drain whose queue system goes away mid-way returns only once no batch is in flight: every
+/// row is `done` or back to `pending` with its attempt uncounted, none is left `processing`,
+/// and once Redis is back the rest arrive, each once.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_drain_cut_off_from_redis_never_returns_with_rows_still_processing(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    let proxy = OutageProxy::redis().await;
+    env.settings.redis_url = proxy.redis_url();
+    env.settings.dispatch_batch_size = 50;
+    let dispatcher = env.dispatcher("cut-drain").await;
+    env.insert_many("mail.cut", 3000).await;
+    let stats = dispatcher.stats();
+    let drained = tokio::spawn({
+        let dispatcher = dispatcher.clone();
+        async move { dispatcher.drain().await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stats.done.load(Ordering::Relaxed) < 500 {
+        assert!(Instant::now() < deadline, "the drain did not get going");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    proxy.cut();
+    let report = drained.await.unwrap().unwrap();
+    assert!(report.redis_unavailable, "{report:?}");
+    let rows: Vec<(String, i32, i64)> = sqlx::query_as(
+        "SELECT status, attempts, count(*) FROM outbox_event GROUP BY status, attempts ORDER BY 1, 2",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    for (status, attempts, _) in &rows {
+        match status.as_str() {
+            "done" => assert_eq!(*attempts, 1, "{rows:?}"),
+            "pending" => assert_eq!(*attempts, 0, "released uncounted: {rows:?}"),
+            other => panic!("a row left {other} after the drain returned: {rows:?}"),
+        }
+    }
+    assert!(
+        env.count("pending").await > 0,
+        "the cut came before the end: {rows:?}"
+    );
+
+    proxy.restore().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while env.count("done").await < 3000 {
+        assert!(Instant::now() < deadline, "the rest did not arrive");
+        dispatcher.drain().await.unwrap();
+    }
+    let ids = env.event_ids("outbox.mail").await;
+    assert_eq!(ids.len(), 3000, "one stream entry per event");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3000);
     env.cleanup().await;
 }
