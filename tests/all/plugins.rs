@@ -439,3 +439,57 @@ async fn plugin_built_against_an_incompatible_wit_version_is_refused() {
     };
     assert!(err.contains("not a component"), "{err}");
 }
+
+#[tokio::test]
+async fn a_plugin_compiled_once_is_loaded_from_the_compile_cache_by_the_next_start() {
+    let cache = tempfile::tempdir().unwrap();
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
+    let settings = outbox_host::config::Settings {
+        plugin_cache_dir: cache.path().join("compiled").display().to_string(),
+        ..Default::default()
+    };
+    let config = fixture.config(&settings);
+
+    // The first start compiles the router plugin and stores it.
+    let first = LiveConfig::start(&config).await.unwrap();
+    assert_eq!(first.registry.engine().compile_cache_counts(), Some((0, 1)));
+    assert!(
+        std::fs::read_dir(cache.path().join("compiled"))
+            .unwrap()
+            .count()
+            > 0
+    );
+
+    // The next start loads it without compiling, and it routes as the table does.
+    let next = LiveConfig::start(&config).await.unwrap();
+    assert_eq!(
+        next.registry.engine().compile_cache_counts(),
+        Some((1, 0)),
+        "loaded from the cache, not compiled"
+    );
+    let router = next.router.current();
+    assert_eq!(router.name(), "prefix-router");
+    let events = vec![claimed(1, "order.placed"), claimed(2, "unknown.type")];
+    let batch = events.clone();
+    let routed = tokio::task::spawn_blocking(move || router.route_batch(&batch).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        routed,
+        config.routes.route_table().route_batch(&events).unwrap()
+    );
+
+    // A changed plugin file is a different entry: compiled, never served the old code.
+    let path = plugin_file("test/prefix-router-alt");
+    let bytes = std::fs::read(&path).unwrap();
+    compile_bytes(next.registry.engine(), "prefix-router", &bytes, &path).unwrap();
+    assert_eq!(next.registry.engine().compile_cache_counts(), Some((1, 1)));
+
+    // `off` keeps nothing.
+    let off = outbox_host::config::Settings {
+        plugin_cache_dir: "off".into(),
+        ..Default::default()
+    };
+    let live = LiveConfig::start(&fixture.config(&off)).await.unwrap();
+    assert_eq!(live.registry.engine().compile_cache_counts(), None);
+}

@@ -22,8 +22,8 @@
 //! - lets a plugin reach outside its own key namespace, or pick its children's dispatch keys;
 //! - shows a signing secret to a plugin or writes it to a log;
 //! - blocks the async executor: the services are futures awaited inside the wasm call's future,
-//!   which the engine drives on a blocking thread under the call's time limit (a host call still
-//!   running at the call's deadline is dropped with the call); each also has its own deadline.
+//!   under the call's time limit (a host call still running at the call's deadline is dropped
+//!   with the call); each also has its own deadline.
 
 use std::sync::{Arc, Mutex};
 
@@ -96,7 +96,7 @@ impl HandlerHost {
     /// The services of one delivery: `plugin` handling `parent` as handler `handler` (the name
     /// that goes into children's dispatch keys and `causation_handler`). Keep
     /// [`published_ids_handle`](ReceiverServices::published_ids_handle), then hand it to
-    /// [`LoadedPlugin::call_handler`] (which runs on a blocking thread).
+    /// [`LoadedPlugin::handle`].
     pub(crate) fn services(
         self: &Arc<Self>,
         plugin: Arc<LoadedPlugin>,

@@ -282,8 +282,7 @@ impl CapabilityPolicy {
     }
 
     /// [`check_with_grants`](Self::check_with_grants) as a future, for a host call made inside
-    /// a handler's call: awaited in that call's future (on its blocking thread, under its
-    /// deadline). Never await it on an executor thread.
+    /// a handler's call: awaited in that call's future (under its deadline).
     pub(crate) async fn check_with_grants_async(
         &self,
         plugin: &str,

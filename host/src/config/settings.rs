@@ -600,6 +600,14 @@ declare_settings! {
             kind: DirPath,
             default: String::from("plugins/dist"),
         }
+        /// Where compiled plugins are kept between runs: `auto` (`$XDG_CACHE_HOME/outbox/plugins`
+        /// or `~/.cache/outbox/plugins`), `off`, or a directory only the host's user can write to.
+        plugin_cache_dir: String {
+            env: "OUTBOX_PLUGIN_CACHE_DIR",
+            file: plugin_cache_dir: String,
+            kind: Text,
+            default: String::from("auto"),
+        }
         /// Address of the metrics/health endpoint (empty: disabled).
         http_addr: String {
             env: "OUTBOX_HTTP_ADDR",

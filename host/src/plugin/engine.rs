@@ -14,9 +14,9 @@
 //!   calls those make) runs under one `tokio::time::timeout_at` deadline. A guest that sleeps or
 //!   waits on a slow host call is dropped at the deadline: dropping the future unwinds the
 //!   guest's fiber and drops the store, which gives its instance and memories back to the pool.
-//!   A guest that computes never yields to that timer, so the same deadline is also an epoch
-//!   deadline that traps it; fuel bounds its instructions. Either way the error reads "exceeded
-//!   its time limit of N ms".
+//!   A guest that computes yields to the executor at every epoch tick, and the first tick
+//!   past the deadline traps it; fuel bounds its instructions. Either way the error reads
+//!   "exceeded its time limit of N ms".
 //! - **memory** (`memory_mb`) caps the bytes of *all* linear memories of the call together (a
 //!   component may define several), and the counts of core instances, tables and memories are
 //!   capped per call ([`CallLimiter`]), so one call holds a bounded share of the pooling
@@ -29,21 +29,26 @@
 //!   messages and [`MAX_LOG_BYTES_PER_CALL`] bytes; the rest is dropped and counted in one
 //!   "log budget exceeded" line.
 //!
-//! Where a call runs: the call methods of [`LoadedPlugin`](super::LoadedPlugin) are
-//! synchronous; they drive the call's future with [`block_on`] on the calling thread, which must
-//! be a blocking thread (`spawn_blocking`), never an executor thread: a computing guest would
-//! stall the executor. Nested calls (the policy a handler's host call asks) are awaited inside
-//! the outer call's future, on the same blocking thread.
+//! Where a call runs: a call is a future, and a running guest gives its thread back at every
+//! epoch tick (1 ms; `tokio::task::yield_now`, so other tasks run before it resumes). So the
+//! receivers await a handler call on their own task
+//! ([`LoadedPlugin::handle`](super::LoadedPlugin::handle)): no hop to a blocking thread and
+//! back per entry. The synchronous call methods (`call_router`, `call_handler`, `call_policy`)
+//! drive the same future with [`block_on`] on a blocking thread, for a caller that has one (the
+//! dispatcher's batch router call, offline tools). Nested calls (the policy a handler's host
+//! call asks) are awaited inside the outer call's future.
 //!
-//! Never: runs WebAssembly on an async executor thread; lets a call outlive its deadline;
-//! hands a guest a file, an environment variable, a socket or the host's stdio.
+//! Never: lets a guest hold a thread for more than one epoch tick at a time, or a call outlive
+//! its deadline; hands a guest a file, an environment variable, a socket or the host's stdio.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::{
+    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -272,6 +277,8 @@ impl Prepared {
 #[derive(Clone)]
 pub struct PluginEngine {
     engine: Engine,
+    /// The compile cache in use, if any (its hit and miss counts).
+    cache: Option<wasmtime::Cache>,
     router: Arc<Linker<HostState>>,
     handler: Arc<Linker<HostState>>,
     policy: Arc<Linker<HostState>>,
@@ -281,14 +288,26 @@ pub struct PluginEngine {
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 impl PluginEngine {
-    /// Create the engine (pooling allocator when the OS allows it) and start its epoch ticker.
+    /// Create the engine (pooling allocator when the OS allows it) and start its epoch ticker;
+    /// every plugin is compiled (no compile cache).
     pub fn new() -> Result<Self, PluginError> {
-        let engine = match Engine::new(&engine_config(true)) {
+        Self::with_compile_cache(None)
+    }
+
+    /// [`new`](Self::new), keeping compiled plugins in `cache` (see
+    /// [`compile_cache`](super::compile_cache)) so a plugin compiled before, by this process or
+    /// an earlier one, is loaded without compiling it again.
+    pub fn with_compile_cache(cache: Option<wasmtime::Cache>) -> Result<Self, PluginError> {
+        let configured = |pooling: bool| {
+            let mut config = engine_config(pooling);
+            config.cache(cache.clone());
+            Engine::new(&config)
+        };
+        let engine = match configured(true) {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand instances");
-                Engine::new(&engine_config(false))
-                    .map_err(|e| PluginError::Engine(format!("{e:#}")))?
+                configured(false).map_err(|e| PluginError::Engine(format!("{e:#}")))?
             }
         };
         let weak = engine.weak();
@@ -314,10 +333,19 @@ impl PluginEngine {
         let policy = linker(|l| policy_world::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
         Ok(Self {
             engine,
+            cache,
             router,
             handler,
             policy,
         })
+    }
+
+    /// Plugins loaded from the compile cache and plugins compiled (and stored in it) by this
+    /// engine so far; `None` without a cache.
+    pub fn compile_cache_counts(&self) -> Option<(usize, usize)> {
+        self.cache
+            .as_ref()
+            .map(|c| (c.cache_hits(), c.cache_misses()))
     }
 
     /// The underlying engine.
@@ -410,9 +438,21 @@ impl PluginEngine {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_fuel(limits.fuel)?;
-        let ticks = (time_left.as_millis() as u64 / EPOCH_TICK.as_millis() as u64).max(1);
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        // Every epoch tick a running guest gives its thread back to the executor, so a guest
+        // that computes holds an executor thread for one tick at a time; once the call's
+        // deadline has passed, the next tick traps it instead.
+        let deadline = Instant::now() + time_left;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            }
+        });
         Ok(store)
     }
 
@@ -625,6 +665,17 @@ pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, PluginEr
     }
 }
 
+/// Bytes at the start of each pooled linear memory reset in place (not decommitted) when its
+/// slot is given back: a Rust guest's 1 MiB stack and its small heap.
+const KEEP_RESIDENT_MEMORY_BYTES: usize = 2 << 20;
+
+/// Bytes of each pooled table reset in place when its slot is given back.
+const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
+
+/// Slots not in use whose memory stays resident (each holds only the pages its last call
+/// touched, up to [`KEEP_RESIDENT_MEMORY_BYTES`]).
+const MAX_WARM_SLOTS: u32 = 32;
+
 fn engine_config(pooling: bool) -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
@@ -637,7 +688,17 @@ fn engine_config(pooling: bool) -> wasmtime::Config {
             .total_core_instances(POOL_CORE_INSTANCES)
             .total_memories(POOL_MEMORIES)
             .total_tables(POOL_TABLES)
-            .max_memory_size((MAX_MEMORY_MB as usize) << 20);
+            .max_memory_size((MAX_MEMORY_MB as usize) << 20)
+            // A slot given back is reset for the next call by rewriting only the pages the last
+            // call touched (found with the PAGEMAP_SCAN ioctl where the kernel has it, Linux
+            // 6.7+), instead of `madvise` on the whole memory: the madvise, the TLB shootdown
+            // it sends to every other core and the page faults that refill the memory were
+            // about a quarter of a receiver's CPU. What a call left behind is gone either way.
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY_BYTES)
+            .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES)
+            // Bounds the memory kept resident by slots not in use.
+            .max_unused_warm_slots(MAX_WARM_SLOTS);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config

@@ -5,7 +5,7 @@
 //! call a plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
 //! [`LoadedPlugin::call_policy`]), and the [`PluginRouter`] that routes through a router plugin.
 //! The host services a handler may call live in [`crate::capability`]. A plugin call never
-//! blocks the async executor (callers run it on a blocking thread), never outlives its limits
+//! holds an executor thread for more than one epoch tick at a time, never outlives its limits
 //! (its time limit covers sleeping and host calls as well as computing), and a plugin that
 //! traps, loops, sleeps or eats memory fails only its own call: the error comes back as text
 //! for the event's `last_error`.
@@ -14,6 +14,7 @@
 /// public so operator tools such as `outbox plugins call` can build inputs and read answers;
 /// the generated world modules themselves are internal.
 pub mod bindings;
+pub mod compile_cache;
 pub mod engine;
 pub mod limits;
 pub mod registry;

@@ -174,8 +174,20 @@ impl LoadedPlugin {
     /// (`None`: offline, every host call answers "not available"), with the plugin's limits and
     /// config; counted in its calls/errors. [`PluginError::WrongWorld`] (not counted as a call)
     /// when this is not a handler. Runs WebAssembly and blocks until the call ends or its time
-    /// limit cuts it (host calls included): call it from a blocking thread (see [`block_on`]).
+    /// limit cuts it (host calls included): call it from a blocking thread (see [`block_on`]);
+    /// async code awaits [`handle`](Self::handle) instead.
     pub fn call_handler(
+        &self,
+        services: Option<Box<dyn HandlerServices>>,
+        delivery: &Delivery,
+    ) -> Result<Outcome, PluginError> {
+        block_on(self.handle(services, delivery)).and_then(|outcome| outcome)
+    }
+
+    /// [`call_handler`](Self::call_handler) as a future, awaited on the caller's task (how the
+    /// receivers run handlers): the guest gives the thread back at every epoch tick, and the
+    /// call ends at its time limit wherever it is.
+    pub async fn handle(
         &self,
         services: Option<Box<dyn HandlerServices>>,
         delivery: &Delivery,
@@ -183,19 +195,15 @@ impl LoadedPlugin {
         let Prepared::Handler(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Handler));
         };
-        let outcome = block_on(self.engine.call_handler(
-            self.call_of(),
-            pre,
-            services,
-            &self.config_json,
-            delivery,
-        ))
-        .and_then(|outcome| outcome)
-        .map(|outcome| match outcome {
-            Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
-            Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
-            ok => ok,
-        });
+        let outcome = self
+            .engine
+            .call_handler(self.call_of(), pre, services, &self.config_json, delivery)
+            .await
+            .map(|outcome| match outcome {
+                Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
+                Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
+                ok => ok,
+            });
         self.record_call(outcome.is_ok());
         outcome
     }
@@ -209,8 +217,8 @@ impl LoadedPlugin {
     }
 
     /// [`call_policy`](Self::call_policy) as a future, for a policy check made by a host call
-    /// of another plugin's call: awaited inside that call's future (so on its blocking thread,
-    /// under its deadline as well as this plugin's own). Never await it on an executor thread.
+    /// of another plugin's call: awaited inside that call's future (under its deadline as well
+    /// as this plugin's own).
     pub(crate) async fn call_policy_in_call(
         &self,
         request: &CapabilityRequest,

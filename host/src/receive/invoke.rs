@@ -115,18 +115,16 @@ impl Receivers {
             queue: queue.to_string(),
             attempt,
         };
-        let joined = tokio::task::spawn_blocking(move || {
-            plugin.call_handler(Some(Box::new(services)), &delivery)
-        })
-        .await;
+        // Awaited on this task: the guest yields at every epoch tick, so it cannot hold the
+        // executor thread, and the call ends at its time limit.
+        let called = plugin.handle(Some(Box::new(services)), &delivery).await;
         let published = published.lock().map(|p| p.clone()).unwrap_or_default();
-        let outcome = match joined {
-            Ok(Ok(Outcome::Ok)) => Ok(()),
-            Ok(Ok(Outcome::Retry(reason))) => Err(HandlerFailure::Retry(reason)),
-            Ok(Ok(Outcome::Fail(reason))) => Err(HandlerFailure::Fail(reason)),
-            Ok(Err(e @ PluginError::WrongWorld { .. })) => Err(HandlerFailure::Fail(e.to_string())),
-            Ok(Err(e)) => Err(HandlerFailure::Retry(e.to_string())),
-            Err(e) => Err(HandlerFailure::Retry(format!("handler task failed: {e}"))),
+        let outcome = match called {
+            Ok(Outcome::Ok) => Ok(()),
+            Ok(Outcome::Retry(reason)) => Err(HandlerFailure::Retry(reason)),
+            Ok(Outcome::Fail(reason)) => Err(HandlerFailure::Fail(reason)),
+            Err(e @ PluginError::WrongWorld { .. }) => Err(HandlerFailure::Fail(e.to_string())),
+            Err(e) => Err(HandlerFailure::Retry(e.to_string())),
         };
         (outcome, published, receipt)
     }
