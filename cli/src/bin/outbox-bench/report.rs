@@ -309,22 +309,23 @@ mod tests {
         report.skip("e2e", "graphile-worker baseline", "node_modules missing");
         report.detail("claim-cost", "claim_cost.plan_large", "Index Scan".into());
         let doc = document(&report);
-        let keys: Vec<&str> = doc
+        let mut keys: Vec<&str> = doc
             .as_object()
             .unwrap()
             .keys()
             .map(String::as_str)
             .collect();
+        keys.sort_unstable();
         assert_eq!(
             keys,
             [
-                "schema",
-                "started_at",
+                "details",
+                "figures",
                 "finished_at",
                 "parameters",
-                "figures",
+                "schema",
                 "skipped",
-                "details"
+                "started_at"
             ]
         );
         assert_eq!(doc["schema"], SCHEMA);
