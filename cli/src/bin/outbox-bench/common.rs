@@ -18,11 +18,7 @@ use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-/// Redis prefix of every key the bench writes.
-pub(crate) const PREFIX: &str = "outbox-bench:";
-
-/// Database the bench recreates for itself.
-const DATABASE: &str = "outbox_bench";
+use crate::Args;
 
 /// Queue the receiver sections consume; `bench.` events route to it.
 pub(crate) const BENCH_QUEUE: &str = "outbox.bench-echo";
@@ -33,9 +29,9 @@ pub(crate) const BENCH_HANDLER: &str = "echo";
 /// The capability policy plugin the receiver and policy sections load.
 pub(crate) const POLICY_PLUGIN: &str = "capability-policy";
 
-/// Routes of the receiver and policy sections: one queue bound to the echo handler, which is
-/// granted `publish` of `workflow.` events, and the real capability policy plugin.
-const BENCH_ROUTES: &str = r#"
+/// Routes of the receiver, policy and end-to-end sections: one queue bound to the echo handler,
+/// which is granted `publish` of `workflow.` events, and the real capability policy plugin.
+pub(crate) const BENCH_ROUTES: &str = r#"
 [routes]
 "bench." = "outbox.bench-echo"
 
@@ -53,28 +49,57 @@ file = "test/echo-handler.wasm"
 grants = { publish = ["workflow."] }
 "#;
 
-/// Recreate the bench database, migrate it and return a pool on it with the settings every
-/// section starts from (bench database and Redis prefix, dispatch batch `batch`, no HTTP).
-pub(crate) async fn bench_database(
-    config: &Config,
-    batch: i64,
-) -> anyhow::Result<(PgPool, Settings)> {
-    let mut settings = config.settings.clone();
+/// `--database`: a plain lowercase SQL identifier (it is spliced into `CREATE DATABASE`).
+pub(crate) fn parse_database_name(name: &str) -> Result<String, String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= 60 {
+        Ok(name.to_string())
+    } else {
+        Err("a lowercase SQL identifier of at most 60 characters (a-z, 0-9, _; not starting with a digit)".into())
+    }
+}
+
+/// `--redis-prefix`: non-empty, so that clearing the bench's keys never clears anyone else's.
+pub(crate) fn parse_redis_prefix(prefix: &str) -> Result<String, String> {
+    if prefix.is_empty() || prefix.contains(['*', '?', '[', ']', ' ']) {
+        Err("a non-empty prefix without spaces or glob characters (* ? [ ])".into())
+    } else {
+        Ok(prefix.to_string())
+    }
+}
+
+/// Drop and create the database `name` next to the one `DATABASE_URL` names.
+pub(crate) async fn recreate_database(settings: &Settings, name: &str) -> anyhow::Result<()> {
     let admin = store::connect(&settings.database_url, 1)
         .await
         .context("connect to PostgreSQL (DATABASE_URL)")?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"))
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .execute(&admin)
         .await
-        .context("drop the bench database")?;
-    sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
+        .with_context(|| format!("drop the database {name}"))?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&admin)
         .await
-        .context("create the bench database")?;
+        .with_context(|| format!("create the database {name}"))?;
     admin.close().await;
-    settings.database_url = store::with_database(&settings.database_url, DATABASE);
-    settings.redis_prefix = PREFIX.into();
-    settings.dispatch_batch_size = batch;
+    Ok(())
+}
+
+/// Recreate the bench database, migrate it and return a pool on it with the settings every
+/// section starts from (bench database and Redis prefix, dispatch batch `--batch`, no HTTP).
+pub(crate) async fn bench_database(
+    config: &Config,
+    args: &Args,
+) -> anyhow::Result<(PgPool, Settings)> {
+    let mut settings = config.settings.clone();
+    recreate_database(&settings, &args.database).await?;
+    settings.database_url = store::with_database(&settings.database_url, &args.database);
+    settings.redis_prefix = args.redis_prefix.clone();
+    settings.dispatch_batch_size = args.batch;
     settings.http_addr = String::new();
     let pool = store::connect(&settings.database_url, 16)
         .await
@@ -102,15 +127,26 @@ pub(crate) async fn serving_router(
 
 /// Empty the event tables, insert `events` pending `mail.welcome` events and clear Redis.
 pub(crate) async fn prepare(pool: &PgPool, settings: &Settings, events: i64) -> anyhow::Result<()> {
+    prepare_typed(pool, settings, events, "mail.welcome").await
+}
+
+/// Empty the event tables, insert `events` pending events of `event_type` and clear Redis.
+pub(crate) async fn prepare_typed(
+    pool: &PgPool,
+    settings: &Settings,
+    events: i64,
+    event_type: &str,
+) -> anyhow::Result<()> {
     sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
         .execute(pool)
         .await
         .context("truncate the event tables")?;
     if events > 0 {
         sqlx::query(
-            "INSERT INTO outbox_event (event_type, payload, tenant_id) SELECT 'mail.welcome', jsonb_build_object('user', g, 'text', 'hello, welcome aboard'), 'tenant-' || (g % 10) FROM generate_series(1, $1) g",
+            "INSERT INTO outbox_event (event_type, payload, tenant_id) SELECT $2, jsonb_build_object('user', g, 'text', 'hello, welcome aboard'), 'tenant-' || (g % 10) FROM generate_series(1, $1) g",
         )
         .bind(events)
+        .bind(event_type)
         .execute(pool)
         .await
         .context("insert the bench events")?;

@@ -17,6 +17,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{prepare, redis_connection};
+use crate::report::Report;
 use crate::Args;
 
 /// The queue `mail.welcome` events route to.
@@ -25,6 +26,7 @@ const LATENCY_QUEUE: &str = "outbox.mail";
 /// Percentiles of commit-to-enqueue latency at `args.rate` events/s.
 pub(crate) async fn run(
     args: &Args,
+    report: &mut Report,
     pool: &PgPool,
     settings: &Settings,
     router: &RouterHandle,
@@ -38,9 +40,24 @@ pub(crate) async fn run(
         args.latency_events,
     )
     .await?;
-    println!(
-        "latency at {} events/s offered ({} events, one per transaction, default batch): commit-to-enqueue p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+    report.say(format_args!(
+        "latency at {} events/s offered ({} events, one per transaction, batch 100): commit-to-enqueue p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         args.rate, args.latency_events, p50, p99, max
+    ));
+    let at = format!("at {} events/s", args.rate);
+    report.figure(
+        "latency",
+        "latency.p50",
+        format!("commit-to-enqueue latency p50 {at}"),
+        p50,
+        "ms",
+    );
+    report.figure(
+        "latency",
+        "latency.p99",
+        format!("commit-to-enqueue latency p99 {at}"),
+        p99,
+        "ms",
     );
     Ok(())
 }

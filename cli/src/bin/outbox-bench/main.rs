@@ -1,34 +1,55 @@
-//! `outbox-bench`: dispatch throughput against a raw SQL baseline, router plugin against the
-//! native table, commit-to-enqueue latency, receiver throughput with a trivial handler plugin,
-//! and the cost of a capability-policy check in WebAssembly against the same check in Rust.
+//! `outbox-bench`: every headline figure of the host with the baseline it is compared to,
+//! measured in the same run: dispatch against the SQL limit, end to end against graphile-worker,
+//! commit-to-enqueue latency, the router plugin against the native table, fresh instantiation,
+//! receiver throughput, the capability check in WebAssembly against Rust, host memory over a
+//! million events, and the claim's cost with few and many finished rows.
 //!
+//! `scripts/bench.sh` (release build, plugins, graphile-worker baseline) or
 //! `cargo run --release -p outbox-cli --bin outbox-bench` from the repository root (PostgreSQL
-//! and Redis running, plugins built into `plugins/dist`). Uses its own database (`outbox_bench`,
-//! recreated) and Redis prefix (`outbox-bench:`, cleared). `--only receive,policy` runs some
-//! sections (`dispatch`, `plugins`, `latency`, `receive`, `policy`; default all).
-//! Prints figures; compares as ratios measured in the same run, never against fixed times.
+//! and Redis running, plugins built into `plugins/dist`). Uses its own database (`--database`,
+//! default `outbox_bench`, recreated) and Redis prefix (`--redis-prefix`, default
+//! `outbox-bench:`, cleared), so two runs with different names do not clash. `--only e2e,rss`
+//! runs some sections. Ends with one summary table, or with `--json` one JSON document on stdout
+//! (the shape is in `report` and the README). Compares as ratios measured in the same run, never
+//! against fixed times.
 //!
-//! One module per section; shared setup in `common`. Every section drives production code
-//! (dispatcher, routers built as `outbox run` builds them, receivers, receipt writer SQL,
-//! plugin calls); the bench never re-implements what it measures.
+//! One module per section; shared setup in `common`, the figures in `report`. Every section
+//! drives production code (the `Host`, the dispatcher, routers built as `outbox run` builds
+//! them, receivers, the store's claim, the `outbox` binary itself); the bench never
+//! re-implements what it measures. Baselines (plain SQL, graphile-worker) are written out as
+//! what they are.
 
 use clap::{Parser, ValueEnum};
 use outbox_host::config::Config;
+use serde::Serialize;
 
+mod claim_cost;
 mod common;
 mod dispatch;
+mod e2e;
 mod latency;
 mod plugins;
 mod policy;
 mod receive;
+mod report;
+mod rss;
 
-#[derive(Parser)]
-#[command(about = "Measure outbox dispatch throughput and latency")]
+#[derive(Parser, Serialize)]
+#[command(about = "Measure the outbox host against its baselines, in one run")]
 struct Args {
-    /// Events pre-inserted for the throughput runs.
+    /// Print one JSON document on stdout (per-round lines go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Database the bench recreates for itself (`<database>_gw` for graphile-worker).
+    #[arg(long, default_value = "outbox_bench", value_parser = common::parse_database_name)]
+    database: String,
+    /// Redis key prefix the bench writes under (cleared).
+    #[arg(long, default_value = "outbox-bench:", value_parser = common::parse_redis_prefix)]
+    redis_prefix: String,
+    /// Events pre-inserted for the dispatch and plugin throughput runs.
     #[arg(long, default_value_t = 100_000)]
     events: i64,
-    /// Dispatch batch size for the throughput runs.
+    /// Dispatch batch size for the throughput runs (and the SQL baselines).
     #[arg(long, default_value_t = 1000)]
     batch: i64,
     /// Offered load for the latency run (events/s, one transaction each).
@@ -49,15 +70,31 @@ struct Args {
     /// Policy checks timed per case.
     #[arg(long, default_value_t = 20_000)]
     policy_checks: u32,
+    /// Events pre-inserted for the end-to-end run (and jobs for graphile-worker).
+    #[arg(long, default_value_t = 20_000)]
+    e2e_events: i64,
+    /// Events the `outbox` process dispatches while its memory is sampled.
+    #[arg(long, default_value_t = 1_000_000)]
+    rss_events: i64,
+    /// Finished rows in the table for the small claim-cost case.
+    #[arg(long, default_value_t = 10_000)]
+    claim_small: i64,
+    /// Finished rows in the table for the large claim-cost case.
+    #[arg(long, default_value_t = 10_000_000)]
+    claim_large: i64,
+    /// Claims timed in each claim-cost case (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    claim_samples: usize,
     /// Run only these sections (comma-separated; default all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
 }
 
 /// A part of the bench.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
 enum Section {
-    /// Dispatch throughput against the raw SQL baseline.
+    /// Dispatch throughput against the SQL limit and the store's statements alone.
     Dispatch,
     /// Router plugin against the native table, and instantiation cost.
     Plugins,
@@ -67,19 +104,27 @@ enum Section {
     Receive,
     /// Capability-policy check in WebAssembly against native Rust.
     Policy,
+    /// One host dispatching and receiving until every receipt is written, against
+    /// graphile-worker draining the same number of jobs.
+    E2e,
+    /// Claim cost with few and with many finished rows in the table.
+    ClaimCost,
+    /// Resident memory of an `outbox run` process over many events.
+    Rss,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let run = |section: Section| args.only.is_empty() || args.only.contains(&section);
+    let mut report = report::Report::new(args.json, serde_json::to_value(&args)?);
     let config = Config::from_env()?;
-    let (pool, settings) = common::bench_database(&config, args.batch).await?;
+    let (pool, settings) = common::bench_database(&config, &args).await?;
 
-    println!(
-        "outbox-bench: {} events, batch {}, best of {} rounds",
-        args.events, args.batch, args.rounds
-    );
+    report.say(format_args!(
+        "outbox-bench: database {}, Redis prefix {}, {} events, batch {}, best of {} rounds",
+        args.database, args.redis_prefix, args.events, args.batch, args.rounds
+    ));
     // The router `outbox run` would build from this configuration (the dispatch and latency
     // sections measure the host as it runs).
     let serving = match run(Section::Dispatch) || run(Section::Latency) {
@@ -87,22 +132,31 @@ async fn main() -> anyhow::Result<()> {
         false => None,
     };
     if let (true, Some(router)) = (run(Section::Dispatch), &serving) {
-        dispatch::run(&args, &pool, &settings, router).await?;
+        dispatch::run(&args, &mut report, &pool, &settings, router).await?;
     }
     if run(Section::Plugins) {
-        plugins::run(&args, &config, &pool, &settings).await?;
+        plugins::run(&args, &mut report, &config, &pool, &settings).await?;
     }
     if let (true, Some(router)) = (run(Section::Latency), &serving) {
-        latency::run(&args, &pool, &settings, router).await?;
+        latency::run(&args, &mut report, &pool, &settings, router).await?;
     }
     if run(Section::Receive) || run(Section::Policy) {
         let live = common::bench_plugins(&settings).await?;
         if run(Section::Receive) {
-            receive::run(&args, &pool, &settings, &live).await?;
+            receive::run(&args, &mut report, &pool, &settings, &live).await?;
         }
         if run(Section::Policy) {
-            policy::run(&args, &live).await?;
+            policy::run(&args, &mut report, &live).await?;
         }
     }
-    Ok(())
+    if run(Section::E2e) {
+        e2e::run(&args, &mut report, &pool, &settings).await?;
+    }
+    if run(Section::ClaimCost) {
+        claim_cost::run(&args, &mut report, &pool, &settings).await?;
+    }
+    if run(Section::Rss) {
+        rss::run(&args, &mut report, &config, &pool, &settings).await?;
+    }
+    report.finish()
 }

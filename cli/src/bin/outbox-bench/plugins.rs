@@ -12,6 +12,7 @@ use outbox_host::store::ClaimedEvent;
 use sqlx::PgPool;
 
 use crate::common::{host_throughput, prepare};
+use crate::report::Report;
 use crate::Args;
 
 /// The router plugin measured.
@@ -20,6 +21,7 @@ const ROUTER_PLUGIN: &str = "prefix-router";
 /// Routing cost and throughput of the router plugin against the native table.
 pub(crate) async fn run(
     args: &Args,
+    report: &mut Report,
     config: &Config,
     pool: &PgPool,
     settings: &Settings,
@@ -87,10 +89,26 @@ pub(crate) async fn run(
         anyhow::Ok((native_ns, plugin_ns, inst))
     })
     .await??;
-    println!("routing cost (batches of 1000): native table {native_ns:.0} ns/event, prefix-router plugin {plugin_ns:.0} ns/event");
-    println!(
-        "fresh instantiation (InstancePre + pooling, new store each time): {:.1} us",
-        inst.as_secs_f64() * 1e6
+    report.say(format_args!("routing cost (batches of 1000): native table {native_ns:.0} ns/event, prefix-router plugin {plugin_ns:.0} ns/event"));
+    let inst_us = inst.as_secs_f64() * 1e6;
+    report.say(format_args!(
+        "fresh instantiation (InstancePre + pooling, new store each time): {inst_us:.1} us"
+    ));
+    report
+        .figure(
+            "plugins",
+            "plugins.routing_cost",
+            "routing cost, prefix-router plugin (batches of 1000)",
+            plugin_ns,
+            "ns/event",
+        )
+        .against("plugins.routing_cost_native", "native table", native_ns);
+    report.figure(
+        "plugins",
+        "plugins.fresh_instance",
+        "fresh plugin instance (InstancePre + pooling, new store)",
+        inst_us,
+        "us",
     );
     let mut best_native = 0f64;
     let mut best_plugin = 0f64;
@@ -99,10 +117,23 @@ pub(crate) async fn run(
         let native = host_throughput(pool, settings, native.clone(), args.events).await?;
         prepare(pool, settings, args.events).await?;
         let plugin = host_throughput(pool, settings, live.router.clone(), args.events).await?;
-        println!("  round {round}: native router {native:>9.0} events/s | plugin router {plugin:>9.0} events/s");
+        report.say(format_args!("  round {round}: native router {native:>9.0} events/s | plugin router {plugin:>9.0} events/s"));
         best_native = best_native.max(native);
         best_plugin = best_plugin.max(plugin);
     }
-    println!("throughput with the plugin router: {best_plugin:.0} events/s vs native {best_native:.0} events/s, ratio plugin/native = {:.2}", best_plugin / best_native);
+    report.say(format_args!("throughput with the plugin router: {best_plugin:.0} events/s vs native {best_native:.0} events/s, ratio plugin/native = {:.2}", best_plugin / best_native));
+    report
+        .figure(
+            "plugins",
+            "plugins.dispatch_plugin_router",
+            "dispatch throughput with the prefix-router plugin",
+            best_plugin,
+            "events/s",
+        )
+        .against(
+            "plugins.dispatch_native_router",
+            "same with the native table",
+            best_native,
+        );
     Ok(())
 }

@@ -12,6 +12,7 @@ use outbox_host::live_config::LiveConfig;
 use outbox_host::plugin::LoadedPlugin;
 
 use crate::common::{BENCH_HANDLER, POLICY_PLUGIN};
+use crate::report::Report;
 use crate::Args;
 
 /// The capability check the `capability-policy` plugin makes, in plain Rust: `log` always,
@@ -57,7 +58,7 @@ fn ns_per_call(n: u32, mut check: impl FnMut() -> Result<(), String>) -> (f64, b
 
 /// Policy checks through [`CapabilityPolicy::check`] (cache misses, cache hits, audited
 /// denials) against the same decision in native Rust.
-pub(crate) async fn run(args: &Args, live: &LiveConfig) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &Args, report: &mut Report, live: &LiveConfig) -> anyhow::Result<()> {
     let registry = live.registry.clone();
     let plugin = registry
         .get(BENCH_HANDLER)
@@ -143,27 +144,45 @@ pub(crate) async fn run(args: &Args, live: &LiveConfig) -> anyhow::Result<()> {
     .await??;
     let [wasm_allow_uncached, wasm_deny_uncached, wasm_allow, wasm_deny, wasm_deny_logged, native_allow, native_deny, native_json] =
         figures;
-    println!(
+    report.say(format_args!(
         "policy check (CapabilityPolicy::check via capability-policy plugin, grants publish [\"workflow.\"], one thread):"
-    );
-    println!(
+    ));
+    report.say(format_args!(
         "  every check runs the policy plugin (distinct targets, cache misses): allowed {wasm_allow_uncached:.0} ns/check, denied {wasm_deny_uncached:.0} ns/check"
-    );
-    println!(
+    ));
+    report.say(format_args!(
         "  repeated request, answered from the decision cache: allowed {wasm_allow:.0} ns/check, denied {wasm_deny:.0} ns/check"
-    );
-    println!(
+    ));
+    report.say(format_args!(
         "  allowed publish workflow.execution.requested ({n} checks): cached {wasm_allow:.0} ns/check | native prefix match {native_allow:.1} ns/check | native with the grants JSON round trip {native_json:.0} ns/check"
-    );
-    println!(
+    ));
+    report.say(format_args!(
         "  denied publish billing.charge ({denials} checks): wasm {wasm_deny:.0} ns/check (audit line dropped, no subscriber), {wasm_deny_logged:.0} ns/check (audit line formatted to a sink) | native {native_deny:.0} ns/check"
-    );
-    println!(
+    ));
+    report.say(format_args!(
         "  policy plugin fresh instantiation alone: {:.1} us; added cost of the check in WebAssembly per host call: {:.0} ns uncached (allowed), {:.0} ns uncached (denied), {:.0} ns cached (allowed)",
         inst.as_secs_f64() * 1e6,
         wasm_allow_uncached - native_allow,
         wasm_deny_uncached - native_deny,
         wasm_allow - native_allow
-    );
+    ));
+    report
+        .figure(
+            "policy",
+            "policy.check_uncached",
+            "capability check in the policy plugin (cache miss, allowed)",
+            wasm_allow_uncached,
+            "ns",
+        )
+        .against("policy.check_native", "same decision in Rust", native_allow);
+    report
+        .figure(
+            "policy",
+            "policy.check_cached",
+            "capability check answered from the decision cache (allowed)",
+            wasm_allow,
+            "ns",
+        )
+        .against("policy.check_native", "same decision in Rust", native_allow);
     Ok(())
 }

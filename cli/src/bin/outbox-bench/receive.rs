@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::common::{
     bench_event, clear_receiver_state, fill_queue, redis_connection, BENCH_HANDLER, BENCH_QUEUE,
 };
+use crate::report::Report;
 use crate::Args;
 
 /// Handler name the receipt and Redis bookkeeping measurements write under.
@@ -28,15 +29,16 @@ const BOOKKEEPING_HANDLER: &str = "bench-receipt";
 /// Receiver throughput per concurrency, then the serial per-entry cost and its parts.
 pub(crate) async fn run(
     args: &Args,
+    report: &mut Report,
     pool: &PgPool,
     settings: &Settings,
     live: &LiveConfig,
 ) -> anyhow::Result<()> {
     let n = args.receive_entries;
-    println!(
+    report.say(format_args!(
         "receiver: {n} entries pre-filled on {BENCH_QUEUE}, handler {BENCH_HANDLER} (test/echo-handler.wasm), one Receivers, best of {} rounds",
         args.rounds
-    );
+    ));
     let mut settings = settings.clone();
     settings.shutdown_grace = Duration::from_secs(5);
     let mut best = Vec::new();
@@ -44,9 +46,9 @@ pub(crate) async fn run(
         let mut best_rate = 0f64;
         for round in 1..=args.rounds {
             let rate = receiver_throughput(pool, &settings, live, concurrency, n).await?;
-            println!(
+            report.say(format_args!(
                 "  round {round}: receiver_concurrency {concurrency:>3}: {rate:>8.0} events/s"
-            );
+            ));
             best_rate = best_rate.max(rate);
         }
         best.push((concurrency, best_rate));
@@ -55,10 +57,19 @@ pub(crate) async fn run(
         .iter()
         .map(|(c, r)| format!("{r:.0} events/s at concurrency {c}"))
         .collect();
-    println!(
+    report.say(format_args!(
         "receiver throughput (claim + wasm handler + ack + receipt per entry): {}",
         summary.join(", ")
-    );
+    ));
+    if let Some((concurrency, rate)) = best.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)) {
+        report.figure(
+            "receive",
+            "receive.throughput",
+            format!("receiver throughput, echo handler (best: concurrency {concurrency})"),
+            rate,
+            "events/s",
+        );
+    }
 
     // Per-entry cost, one entry at a time, and its parts.
     let serial_n = 500usize.min(n.max(1));
@@ -71,7 +82,7 @@ pub(crate) async fn run(
     // share of a full writer batch is shown for comparison only.
     let other = serial - wasm - hop - redis_cost;
     let us = |d: f64| d * 1e6;
-    println!(
+    report.say(format_args!(
         "per-entry cost, serial (handle_entry one at a time, {serial_n} entries): {:.0} us = wasm handler call {:.0} us ({:.0}%) + blocking-pool hop {:.0} us ({:.0}%) + Redis claim + finish (2 round trips) {:.0} us ({:.0}%) + other (services, parsing, scheduling, queueing the receipt) {:.0} us ({:.0}%); a receipt costs {:.1} us in a writer batch of {RECEIPT_BATCH} (receipts are batched off the entry's path)",
         us(serial),
         us(wasm),
@@ -83,6 +94,13 @@ pub(crate) async fn run(
         us(other),
         100.0 * other / serial,
         us(receipt),
+    ));
+    report.figure(
+        "receive",
+        "receive.serial_entry",
+        "one entry handled alone (claim + handler + finish)",
+        us(serial),
+        "us",
     );
     clear_receiver_state(pool, &settings).await?;
     Ok(())
