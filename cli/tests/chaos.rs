@@ -359,24 +359,38 @@ async fn run(scenario: Scenario) {
         world.logs.display(),
         report.examples.join("\n")
     );
-    assert_eq!(report.committed, scenario.events, "every committed event was counted");
-    assert!(
-        report.rolled_back > 0,
-        "some transactions were rolled back"
+    assert_eq!(
+        report.committed, scenario.events,
+        "every committed event was counted"
     );
+    assert!(report.rolled_back > 0, "some transactions were rolled back");
     for (fault, least) in scenario.faults {
-        assert!(done.count(*fault) >= *least, "{fault:?}: {} < {least}", done.count(*fault));
+        assert!(
+            done.count(*fault) >= *least,
+            "{fault:?}: {} < {least}",
+            done.count(*fault)
+        );
     }
     if done.pg_terminations > 0 {
         assert!(done.pg_backends > 0, "no host backend was ever terminated");
     }
     if done.redis_kills > 0 {
-        assert!(done.redis_connections > 0, "no host Redis connection was ever killed");
+        assert!(
+            done.redis_connections > 0,
+            "no host Redis connection was ever killed"
+        );
     }
     if done.reloads() > 0 {
-        assert!(applied > 0, "the hosts applied none of {} reloads", done.reloads());
+        assert!(
+            applied > 0,
+            "the hosts applied none of {} reloads",
+            done.reloads()
+        );
     }
-    assert_eq!(refused, 0, "the hosts refused a reload of an equivalent version");
+    assert_eq!(
+        refused, 0,
+        "the hosts refused a reload of an equivalent version"
+    );
     world.cleanup().await;
 }
 

@@ -17,7 +17,9 @@ use std::collections::{HashMap, HashSet};
 use redis::aio::MultiplexedConnection;
 
 use super::producers::{Kind, Produced};
-use super::world::{destinations, World, HANDLER_QUEUES, QUEUES, RECEIVER_LEASE, SUBSCRIBERS, WORKFLOWS};
+use super::world::{
+    destinations, World, HANDLER_QUEUES, QUEUES, RECEIVER_LEASE, SUBSCRIBERS, WORKFLOWS,
+};
 
 /// Counts the summary line reports, and examples of what went wrong.
 #[derive(Default, Debug)]
@@ -119,15 +121,22 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
         rolled_back: produced.rolled_back.len(),
         ..Audit::default()
     };
-    let rows: Vec<(i64, String, Option<String>, String, String, bool, serde_json::Value)> =
-        sqlx::query_as(
-            "SELECT id, event_type, dispatch_key, status::text, coalesce(last_error, ''),
+    let rows: Vec<(
+        i64,
+        String,
+        Option<String>,
+        String,
+        String,
+        bool,
+        serde_json::Value,
+    )> = sqlx::query_as(
+        "SELECT id, event_type, dispatch_key, status::text, coalesce(last_error, ''),
                     status = 'processing' AND claim_expires_at < now(), payload
              FROM outbox_event ORDER BY id",
-        )
-        .fetch_all(&world.pool)
-        .await
-        .unwrap();
+    )
+    .fetch_all(&world.pool)
+    .await
+    .unwrap();
     let rows: Vec<Row> = rows
         .into_iter()
         .map(
@@ -167,7 +176,10 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
             }
             Some(row) if row.event_type != kind.event_type() => {
                 a.lost += 1;
-                a.note(format!("event {} ({key}) has type {}", row.id, row.event_type));
+                a.note(format!(
+                    "event {} ({key}) has type {}",
+                    row.id, row.event_type
+                ));
             }
             Some(_) => {}
         }
@@ -175,7 +187,10 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
     for key in &produced.rolled_back {
         if let Some(row) = by_key.get(key.as_str()) {
             a.phantom += 1;
-            a.note(format!("rolled-back event {key} is in the table as {}", row.id));
+            a.note(format!(
+                "rolled-back event {key} is in the table as {}",
+                row.id
+            ));
         }
     }
 
@@ -252,7 +267,10 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
             "done" => {}
             "pending" => {
                 a.stuck += 1;
-                a.note(format!("event {} ({}) is still pending", row.id, row.event_type));
+                a.note(format!(
+                    "event {} ({}) is still pending",
+                    row.id, row.event_type
+                ));
                 continue;
             }
             "processing" => {
@@ -293,7 +311,9 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
     }
     for ((queue, id), n) in entries {
         a.phantom += n;
-        a.note(format!("{queue} holds {n} entries of event {id}, which is not a done event routed there"));
+        a.note(format!(
+            "{queue} holds {n} entries of event {id}, which is not a done event routed there"
+        ));
     }
 
     // Handler work: the done marker and an ok receipt per (event, handler).
@@ -310,16 +330,23 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
             .await
             .unwrap();
         for ((queue, id), marker) in chunk.iter().zip(markers) {
-            if !marker.as_deref().is_some_and(outbox_host::queue::marker_is_done) {
+            if !marker
+                .as_deref()
+                .is_some_and(outbox_host::queue::marker_is_done)
+            {
                 a.lost += 1;
-                a.note(format!("{queue} entry of event {id}: handled marker {marker:?}"));
+                a.note(format!(
+                    "{queue} entry of event {id}: handled marker {marker:?}"
+                ));
             }
             // Whom the receipt names: a plugin-invoke job's is the subscriber's, on the hook event.
             let receipt_key = if *queue == "outbox.plugin-invoke" {
                 let row = rows_by_id[id];
                 (
                     row.payload["event"]["id"].as_i64().unwrap_or(0),
-                    row.event_type.trim_start_matches("plugin.invoke.").to_string(),
+                    row.event_type
+                        .trim_start_matches("plugin.invoke.")
+                        .to_string(),
                 )
             } else {
                 (*id, handler_of[queue].to_string())
@@ -346,21 +373,41 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
             "workflow.trigger.event" => {
                 parents_seen.insert(row.id);
                 let got = executions.get(&row.id).copied().unwrap_or(0);
-                expect(&mut a, format!("executions of trigger {}", row.id), got, WORKFLOWS.len());
+                expect(
+                    &mut a,
+                    format!("executions of trigger {}", row.id),
+                    got,
+                    WORKFLOWS.len(),
+                );
             }
             "workflow.execution.requested" => {
                 parents_seen.insert(row.id);
                 let got = jobs.get(&row.id).copied().unwrap_or(0);
-                expect(&mut a, format!("executor jobs of execution {}", row.id), got, 1);
+                expect(
+                    &mut a,
+                    format!("executor jobs of execution {}", row.id),
+                    got,
+                    1,
+                );
             }
             "plugin.hook.chaos" => {
                 parents_seen.insert(row.id);
                 for plugin in SUBSCRIBERS {
                     let key = (row.id, plugin.to_string());
                     let got = invokes.get(&key).copied().unwrap_or(0);
-                    expect(&mut a, format!("invoke jobs of hook {} for {plugin}", row.id), got, 1);
+                    expect(
+                        &mut a,
+                        format!("invoke jobs of hook {} for {plugin}", row.id),
+                        got,
+                        1,
+                    );
                     let got = seen.get(&key).copied().unwrap_or(0);
-                    expect(&mut a, format!("runs of {plugin} on hook {}", row.id), got, 1);
+                    expect(
+                        &mut a,
+                        format!("runs of {plugin} on hook {}", row.id),
+                        got,
+                        1,
+                    );
                 }
             }
             _ => {}
@@ -375,7 +422,9 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
         .count();
     if orphans > 0 {
         a.phantom += orphans;
-        a.note(format!("{orphans} children of parents that are not done events"));
+        a.note(format!(
+            "{orphans} children of parents that are not done events"
+        ));
     }
 
     // Receivers: nothing unacknowledged, nothing waiting to retry, nothing given up.

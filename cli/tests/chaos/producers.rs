@@ -140,7 +140,9 @@ async fn one_producer(pool: PgPool, p: usize, quota: usize, plan: Plan, run: &st
             let kind = Kind::pick(&mut rng, plan.handled_percent);
             let key = format!("chaos:{run}:{p}:{seq}");
             let payload = match kind {
-                Kind::Trigger => json!({ "trigger": TRIGGER, "data": { "producer": p, "seq": seq } }),
+                Kind::Trigger => {
+                    json!({ "trigger": TRIGGER, "data": { "producer": p, "seq": seq } })
+                }
                 Kind::Hook => json!({ "hook": HOOK, "producer": p, "seq": seq }),
                 _ => json!({ "producer": p, "seq": seq }),
             };

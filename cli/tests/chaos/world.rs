@@ -218,10 +218,12 @@ impl World {
             .connect(&base)
             .await
             .expect("PostgreSQL at DATABASE_URL");
-        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"))
-            .execute(&admin)
-            .await
-            .unwrap();
+        sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
+        ))
+        .execute(&admin)
+        .await
+        .unwrap();
         sqlx::query(&format!("CREATE DATABASE \"{db_name}\""))
             .execute(&admin)
             .await
