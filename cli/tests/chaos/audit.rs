@@ -115,21 +115,25 @@ async fn stream_counts(
     (counts, retries, malformed)
 }
 
+/// One `outbox_event` row as the audit reads it: id, type, dispatch key, status, last error,
+/// whether its lease ran out while `processing`, payload.
+type EventRow = (
+    i64,
+    String,
+    Option<String>,
+    String,
+    String,
+    bool,
+    serde_json::Value,
+);
+
 /// Audit the run.
 pub async fn audit(world: &World, produced: &Produced) -> Audit {
     let mut a = Audit {
         rolled_back: produced.rolled_back.len(),
         ..Audit::default()
     };
-    let rows: Vec<(
-        i64,
-        String,
-        Option<String>,
-        String,
-        String,
-        bool,
-        serde_json::Value,
-    )> = sqlx::query_as(
+    let rows: Vec<EventRow> = sqlx::query_as(
         "SELECT id, event_type, dispatch_key, status::text, coalesce(last_error, ''),
                     status = 'processing' AND claim_expires_at < now(), payload
              FROM outbox_event ORDER BY id",
