@@ -78,6 +78,10 @@ struct Scenario {
     faults_after: Duration,
     /// How long the hosts get after the last fault to finish everything.
     settle: Duration,
+    /// Fail on a receipt lost by a killed host (see `Audit::receipts_lost`): the full run does;
+    /// the short runs report the count without failing until receipts are written durably
+    /// before the acknowledgement (a known gap, recorded in the issue notes).
+    strict_receipts: bool,
     seed: u64,
 }
 
@@ -317,7 +321,7 @@ async fn run(scenario: Scenario) {
         "chaos {}: events={} (children={}, rolled_back={}, failed_by_design={}) kills={} restarts={} \
          connection_cuts={} (pg_terminate={} [{} backends], redis_client_kill={} [{} connections], \
          redis_refused={}) reloads={} (router={}, handler={}, routes={}; applied by hosts={}, refused={}) \
-         lost={} duplicated={} stuck={} phantom={} handler_retries={} faults_for={:.0}s settled_in={:.0}s",
+         lost={} duplicated={} stuck={} phantom={} receipts_lost={} handler_retries={} faults_for={:.0}s settled_in={:.0}s",
         scenario.name,
         report.committed,
         report.children,
@@ -341,19 +345,21 @@ async fn run(scenario: Scenario) {
         report.duplicated,
         report.stuck,
         report.phantom,
+        report.receipts_lost,
         report.handler_retries,
         faults_took.as_secs_f64(),
         settled_after.as_secs_f64(),
     );
     assert!(
-        report.clean(),
-        "chaos {}: lost {}, duplicated {}, stuck {}, phantom {} (backlog at the end {last:?}); \
+        report.clean() && (!scenario.strict_receipts || report.receipts_lost == 0),
+        "chaos {}: lost {}, duplicated {}, stuck {}, phantom {}, receipts lost {} (backlog at the end {last:?}); \
          database {} and Redis prefix {} kept, host logs in {}; e.g.\n{}",
         scenario.name,
         report.lost,
         report.duplicated,
         report.stuck,
         report.phantom,
+        report.receipts_lost,
         world.db_name,
         world.prefix,
         world.logs.display(),
@@ -411,6 +417,7 @@ async fn chaos_sigkilled_and_restarted_host_loses_and_doubles_nothing() {
         fault_while_backlog: Some(200),
         faults_after: Duration::from_secs(15),
         settle: Duration::from_secs(150),
+        strict_receipts: false,
         seed: 1,
     })
     .await;
@@ -430,6 +437,7 @@ async fn chaos_two_then_three_hosts_one_killed_repeatedly_lose_and_double_nothin
         fault_while_backlog: Some(200),
         faults_after: Duration::from_secs(15),
         settle: Duration::from_secs(150),
+        strict_receipts: false,
         seed: 2,
     })
     .await;
@@ -453,6 +461,7 @@ async fn chaos_cut_connections_and_refused_redis_lose_and_double_nothing() {
         fault_while_backlog: Some(200),
         faults_after: Duration::from_secs(15),
         settle: Duration::from_secs(150),
+        strict_receipts: false,
         seed: 3,
     })
     .await;
@@ -476,6 +485,7 @@ async fn chaos_hot_reloads_under_load_lose_and_double_nothing() {
         fault_while_backlog: Some(200),
         faults_after: Duration::from_secs(15),
         settle: Duration::from_secs(150),
+        strict_receipts: false,
         seed: 4,
     })
     .await;
@@ -509,6 +519,7 @@ async fn chaos_full_run_every_fault_at_once_loses_and_doubles_nothing() {
         fault_while_backlog: Some(2_000),
         faults_after: Duration::from_secs(1800),
         settle: Duration::from_secs(1800),
+        strict_receipts: true,
         seed: 5,
     })
     .await;

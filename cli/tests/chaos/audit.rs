@@ -43,6 +43,11 @@ pub struct Audit {
     pub stuck: usize,
     /// A rolled-back event (or an event nobody published) seen in the table or a stream.
     pub phantom: usize,
+    /// Handler entries whose work is recorded done in Redis (the handled marker says `done`) but
+    /// whose `ok` receipt row is missing: a host killed between the outcome script and the
+    /// receipt writer's batch (receipts are written after the acknowledgement, from memory).
+    /// The handler's work happened once; its record in `outbox_receipt` was lost.
+    pub receipts_lost: usize,
     /// Receiver retries seen in the handler streams (re-added entries; not a fault).
     pub handler_retries: usize,
     /// The first few findings, for the failure message.
@@ -342,6 +347,7 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
                 a.note(format!(
                     "{queue} entry of event {id}: handled marker {marker:?}"
                 ));
+                continue;
             }
             // Whom the receipt names: a plugin-invoke job's is the subscriber's, on the hook event.
             let receipt_key = if *queue == "outbox.plugin-invoke" {
@@ -358,9 +364,9 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
             match receipts.get(&receipt_key).map(String::as_str) {
                 Some("ok") => {}
                 other => {
-                    a.lost += 1;
+                    a.receipts_lost += 1;
                     a.note(format!(
-                        "{queue} entry of event {id}: receipt {receipt_key:?} is {other:?}"
+                        "{queue} entry of event {id}: done, but receipt {receipt_key:?} is {other:?}"
                     ));
                 }
             }
