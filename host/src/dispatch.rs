@@ -166,9 +166,16 @@ impl Dispatcher {
         let mut in_flight: JoinSet<Result<BatchReport, store::StoreError>> = JoinSet::new();
         let mut sink_answers = false;
         loop {
-            let stopping = failure.is_some() || total.redis_unavailable;
-            let most = if sink_answers { BATCHES_IN_FLIGHT } else { 1 };
-            while in_flight.len() >= most || (stopping && !in_flight.is_empty()) {
+            // Wait while the batches in flight are at the limit, and for all of them once one
+            // failed or blipped. Checked again after each batch joins: a batch joined here may be
+            // the one that blipped, and breaking out with another still in flight would drop
+            // (abort) it with its rows claimed.
+            loop {
+                let stopping = failure.is_some() || total.redis_unavailable;
+                let most = if sink_answers { BATCHES_IN_FLIGHT } else { 1 };
+                if in_flight.is_empty() || (!stopping && in_flight.len() < most) {
+                    break;
+                }
                 if let Some(joined) = in_flight.join_next().await {
                     sink_answers |= add_batch(&mut total, &mut failure, joined);
                 }
@@ -197,6 +204,10 @@ impl Dispatcher {
             let me = self.clone();
             in_flight.spawn(async move { me.dispatch_claim(claim).await });
         }
+        debug_assert!(
+            in_flight.is_empty(),
+            "drain returns with no batch in flight"
+        );
         match failure {
             Some(e) => Err(e),
             None => Ok(total),
