@@ -75,7 +75,12 @@ async fn metrics() -> (StatusCode, String) {
 async fn ready(State(probe): State<Probe>) -> (StatusCode, String) {
     let db = sqlx::query("SELECT 1").execute(&probe.pool).await;
     let redis_ok = match &probe.redis {
-        Some(client) => match client.get_multiplexed_async_connection().await {
+        Some(client) => match client
+            .get_multiplexed_async_connection_with_config(&crate::reconnect::redis_reader_config(
+                std::time::Duration::ZERO,
+            ))
+            .await
+        {
             Ok(mut c) => redis::cmd("PING")
                 .query_async::<String>(&mut c)
                 .await

@@ -5,18 +5,51 @@
 //! 1 s while a service is away for a recognised infrastructure blip ([`crate::fault`]), so work
 //! resumes within about a second of the service answering again. It also owns counting
 //! consecutive failures, waiting that can be cut short by shutdown, connecting with retry, and
-//! retrying one operation through blips until a deadline ([`retry_blips`]). It never decides
+//! retrying one operation through blips until a deadline ([`retry_blips`]), and how every Redis
+//! connection times out and reconnects ([`redis_manager_config`], [`redis_reader_config`]).
+//! It never decides
 //! what failed (callers pass the classification) or how to log it (callers say that), and a
 //! loop never gives up on its own: only shutdown stops it.
 
 use std::time::{Duration, Instant};
 
+use redis::aio::ConnectionManagerConfig;
+use redis::AsyncConnectionConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::fault::Blip;
 
 /// How often a loop that keeps probing a service through a blip logs that it still waits.
 const BLIP_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// How long a Redis command may wait for its reply before it fails as a timeout (a blip,
+/// retried as one): a hung or silently gone Redis fails the step instead of stalling the host.
+pub const REDIS_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long connecting to Redis may take.
+pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The config of every shared Redis connection ([`redis::aio::ConnectionManager`]): replies
+/// time out after [`REDIS_RESPONSE_TIMEOUT`], connecting after [`REDIS_CONNECT_TIMEOUT`], and a
+/// broken connection is reconnected at most 1 s apart. (The crate's defaults wait up to a
+/// minute or two between reconnect attempts, and forever for a reply: after a short Redis
+/// outage every command on the connection stalled that long.)
+pub fn redis_manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
+        .set_response_timeout(REDIS_RESPONSE_TIMEOUT)
+        .set_number_of_retries(1)
+        .set_max_delay(1000)
+}
+
+/// The config of a connection of its own for blocking reads that wait up to `block` for
+/// entries: a reply that does not come within `block` plus [`REDIS_RESPONSE_TIMEOUT`] fails the
+/// read, and the caller connects again.
+pub fn redis_reader_config(block: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
+        .set_response_timeout(block + REDIS_RESPONSE_TIMEOUT)
+}
 
 /// Exponential backoff for reconnects: 0.5 s doubling up to 30 s.
 pub fn retry_delay(failures: u32) -> Duration {

@@ -672,3 +672,53 @@ async fn entries_of_a_lost_read_reply_are_recovered_after_the_next_read_error_no
     let _ = task.await;
     env.cleanup().await;
 }
+
+/// Redis refusing connections for a few seconds stalls a receiver for about as long, not for a
+/// minute or two: its shared connection reconnects at most a second apart once Redis answers
+/// (the client crate's default reconnect backoff waits 60 s and more after one refused try, and
+/// every claim, outcome and housekeeping step waited with it).
+#[sqlx::test(migrations = "../migrations")]
+async fn receivers_resume_within_seconds_after_redis_refused_connections_not_minutes(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    default_lease_and_backoff(&mut env);
+    let proxy = outbox_tests::OutageProxy::redis().await;
+    let mut receiver_settings = env.settings.clone();
+    receiver_settings.redis_url = proxy.redis_url();
+    let fixture = PluginFixture::new(
+        &["capability-policy", "test/echo-handler"],
+        &receiver_routes(RECEIVER_QUEUE),
+    );
+    let shutdown = CancellationToken::new();
+    let (live, consumer) = start_receiver(
+        &env,
+        &fixture,
+        &receiver_settings,
+        RECEIVER_QUEUE,
+        "refused-c1",
+        &shutdown,
+    )
+    .await;
+    let (stop_dispatch, dispatcher) = run_dispatcher_routed_by(
+        &env,
+        env.pool.clone(),
+        env.sink().await,
+        live.router.clone(),
+        "refused-d",
+    );
+    env.insert_many("outbox.recvblip.before", 50).await;
+    all_handled_once(&env, RECEIVER_QUEUE, 50, Instant::now()).await;
+
+    // Longer than the receiver's housekeeping period (5 s at most): a step on the shared
+    // connection fails and tries to reconnect while Redis refuses.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    proxy.restore().await;
+    let back = Instant::now();
+    env.insert_many("outbox.recvblip.after", 50).await;
+    let took = all_handled_once(&env, RECEIVER_QUEUE, 100, back).await;
+    eprintln!("handled 50 entries {took:?} after Redis answered again");
+    shutdown.cancel();
+    stop_dispatch.cancel();
+    let _ = tokio::join!(dispatcher, consumer);
+    env.cleanup().await;
+}

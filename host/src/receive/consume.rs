@@ -22,10 +22,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
-use crate::reconnect::Backoff;
+use crate::reconnect::{redis_reader_config, Backoff};
 
 /// Own pending entries read per `XREADGROUP` while recovering them after a failed read.
 const RECOVER_PAGE: usize = 100;
+
+/// How long one read of a queue waits for new entries.
+const READ_BLOCK: Duration = Duration::from_millis(200);
 
 /// The stream ids one receiver loop has handed to a handler task that has not finished, and,
 /// while a recovery of own pending entries runs, those that finished since it began (their
@@ -162,7 +165,11 @@ impl Receivers {
                 }
             }
             if reader.is_none() {
-                match self.redis_client.get_multiplexed_async_connection().await {
+                match self
+                    .redis_client
+                    .get_multiplexed_async_connection_with_config(&redis_reader_config(READ_BLOCK))
+                    .await
+                {
                     Ok(c) => reader = Some(c),
                     Err(e) => {
                         let give_up = backoff
@@ -190,7 +197,7 @@ impl Receivers {
                 let opts = StreamReadOptions::default()
                     .group(CONSUMER_GROUP, &self.consumer)
                     .count(available)
-                    .block(200);
+                    .block(READ_BLOCK.as_millis() as usize);
                 let keys = [&key];
                 tokio::select! {
                     _ = stop.cancelled() => break,

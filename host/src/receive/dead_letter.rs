@@ -45,9 +45,11 @@ impl DeadLetters {
         let client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
             "invalid REDIS_URL".into()
         })?;
-        let conn = ctx(ConnectionManager::new(client).await, || {
-            "connect to Redis".into()
-        })?;
+        let conn = ctx(
+            ConnectionManager::new_with_config(client, crate::reconnect::redis_manager_config())
+                .await,
+            || "connect to Redis".into(),
+        )?;
         Ok(Self {
             conn,
             keys: QueueKeys::from_settings(settings),

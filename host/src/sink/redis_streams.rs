@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use futures::FutureExt;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::Value;
 
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
@@ -60,19 +60,15 @@ impl RedisSink {
     ) -> Result<Self, SinkError> {
         let client = redis::Client::open(redis_url)
             .map_err(|source| SinkError::new(format!("invalid REDIS_URL {redis_url:?}"), source))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_secs(2))
-            .set_response_timeout(Duration::from_secs(5))
-            .set_number_of_retries(1)
-            .set_max_delay(1000);
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|source| {
-                SinkError::new(
-                    format!("connect to Redis at {}", crate::store::redact(redis_url)),
-                    source,
-                )
-            })?;
+        let conn =
+            ConnectionManager::new_with_config(client, crate::reconnect::redis_manager_config())
+                .await
+                .map_err(|source| {
+                    SinkError::new(
+                        format!("connect to Redis at {}", crate::store::redact(redis_url)),
+                        source,
+                    )
+                })?;
         let sink = Self {
             conn,
             script: redis::Script::new(ENQUEUE_LUA),
