@@ -151,6 +151,13 @@ impl QueueKeys {
         format!("{}{}{DEAD_LETTER_SUFFIX}", self.prefix, queue)
     }
 
+    /// The receipts stream: `{prefix}outbox:receipts`. Each outcome step appends the handler
+    /// run's receipt to it atomically with the outcome; the receipt writer moves them to
+    /// `outbox_receipt` (see `receive::receipts`).
+    pub fn receipts_stream(&self) -> String {
+        format!("{}outbox:receipts", self.prefix)
+    }
+
     /// Plugin `plugin`'s kv key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or `%` in the
     /// plugin name is percent-encoded, so one plugin's keys never reach into another's.
     pub fn kv(&self, plugin: &str, key: &str) -> String {

@@ -793,3 +793,95 @@ async fn a_failing_hook_subscriber_does_not_redo_the_others(pool: PgPool) {
     running.stop().await;
     env.cleanup().await;
 }
+
+/// A receipt travels with the outcome: the outcome step appends it to the receipts stream in
+/// the same atomic step as the acknowledgement, so a receiver whose writer died before writing
+/// it (here: its database writes fail, then the receiver is dropped) loses nothing. Another
+/// host's writer adopts the receipt after the receiver lease and writes it, once.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_receipt_outlives_a_receiver_that_died_before_writing_it(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let config = fixture.config(&env.settings);
+    let live = LiveConfig::start(&config).await.unwrap();
+    let settings = Arc::new(config.settings.clone());
+    let id = env
+        .publish_all(vec![NewEvent::new("flaky.receipt", json!({}))])
+        .await[0];
+    env.dispatcher_routed_by("receipt-dispatch", live.router.clone())
+        .await
+        .drain()
+        .await
+        .unwrap();
+
+    // A database without the outbox tables: every receipt write fails at once (not a blip).
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let elsewhere = PgPool::connect(&outbox_host::store::with_database(&base, "postgres"))
+        .await
+        .unwrap();
+    let doomed = Receivers::new(elsewhere, live.clone(), settings.clone(), "doomed")
+        .await
+        .unwrap();
+    doomed.ensure_group("outbox.flaky").await.unwrap();
+    let mut conn = env.redis.clone();
+    let read: redis::streams::StreamReadReply = redis::AsyncCommands::xread_options(
+        &mut conn,
+        &[format!("{}outbox.flaky", env.prefix)],
+        &[">"],
+        &redis::streams::StreamReadOptions::default()
+            .group("outbox", "doomed")
+            .count(1),
+    )
+    .await
+    .unwrap();
+    let entry = QueueEntry::from_stream(&read.keys[0].ids[0]);
+    assert_eq!(entry.event_id(), Some(id));
+    assert_eq!(
+        doomed.handle_entry("outbox.flaky", entry).await,
+        HandledAs::Ok
+    );
+
+    let receipts_stream = format!("{}outbox:receipts", env.prefix);
+    wait_for(
+        "the doomed writer to read the receipt",
+        Duration::from_secs(10),
+        async || {
+            let pending: redis::streams::StreamPendingReply =
+                redis::AsyncCommands::xpending(&mut env.redis.clone(), &receipts_stream, "outbox")
+                    .await
+                    .unwrap();
+            pending.count() == 1
+        },
+    )
+    .await;
+    drop(doomed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(receipts(&env).await.is_empty(), "nothing written yet");
+
+    let _heir = Receivers::new(env.pool.clone(), live, settings, "heir")
+        .await
+        .unwrap();
+    wait_for(
+        "the heir to write the receipt",
+        Duration::from_secs(20),
+        async || !receipts(&env).await.is_empty(),
+    )
+    .await;
+    assert_eq!(
+        receipts(&env).await,
+        vec![(id, "flaky-handler".to_string(), "ok".to_string(), 0)]
+    );
+    wait_for(
+        "the receipts stream to empty",
+        Duration::from_secs(10),
+        async || {
+            let len: usize = redis::AsyncCommands::xlen(&mut env.redis.clone(), &receipts_stream)
+                .await
+                .unwrap();
+            len == 0
+        },
+    )
+    .await;
+    env.cleanup().await;
+}

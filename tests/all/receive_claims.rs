@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_host::live_config::{LiveConfig, ReloadOutcome};
-use outbox_host::receive::{HandledAs, QueueEntry, Receivers, Settled};
+use outbox_host::receive::{HandledAs, HandlerRun, QueueEntry, Receivers, Settled};
 use outbox_host::NewEvent;
 use outbox_tests::{PluginFixture, TestEnv};
 use redis::AsyncCommands;
@@ -303,13 +303,27 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
     let retries = format!("{}outbox:retry:{QUEUE}", env.prefix);
     let dead = format!("{}{QUEUE}.dead-letter", env.prefix);
 
+    // The stale owner's runs carry a higher attempt than the winner's: had any of their
+    // receipts been appended, the receipt row would show it.
+    let run = |attempts| HandlerRun {
+        event_id: 7,
+        handler: "slow-handler".into(),
+        queue: QUEUE.into(),
+        attempts,
+        duration: Duration::from_millis(5),
+        published: vec![],
+    };
+    let (late, won) = (run(9), run(1));
+
     // c1 claims, its claim lapses, and the same consumer name claims again: a new owner.
     let stale = c1.claim_entry("slow-handler", 7).await.unwrap().unwrap();
     let _: i64 = conn.del(&marker).await.unwrap();
     let again = c1.claim_entry("slow-handler", 7).await.unwrap().unwrap();
     assert_ne!(stale.owner(), again.owner(), "one token per claim");
     assert_eq!(
-        c1.finish_ok(QUEUE, &stale, &stream_id).await.unwrap(),
+        c1.finish_ok(QUEUE, &stale, &stream_id, Some(&late))
+            .await
+            .unwrap(),
         Settled::LostClaim
     );
     assert_eq!(
@@ -328,11 +342,13 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
     let running = Some(format!("running:{}", winner.owner()));
     assert!(!c1.renew_claim(QUEUE, &stale, &stream_id).await.unwrap());
     assert_eq!(
-        c1.finish_ok(QUEUE, &stale, &stream_id).await.unwrap(),
+        c1.finish_ok(QUEUE, &stale, &stream_id, Some(&late))
+            .await
+            .unwrap(),
         Settled::LostClaim
     );
     assert_eq!(
-        c1.schedule_retry(QUEUE, &stale, &entry, 1, "late retry".into())
+        c1.schedule_retry(QUEUE, &stale, &entry, 1, "late retry".into(), Some(&late))
             .await,
         HandledAs::LostClaim
     );
@@ -342,7 +358,8 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
             "slow-handler",
             Some(&stale),
             &entry,
-            "late fail".into()
+            "late fail".into(),
+            Some(&late),
         )
         .await,
         HandledAs::LostClaim
@@ -362,11 +379,13 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
 
     // ... nor after it finished.
     assert_eq!(
-        c2.finish_ok(QUEUE, &winner, &stream_id).await.unwrap(),
+        c2.finish_ok(QUEUE, &winner, &stream_id, Some(&won))
+            .await
+            .unwrap(),
         Settled::Recorded
     );
     assert_eq!(
-        c1.schedule_retry(QUEUE, &stale, &entry, 1, "late retry".into())
+        c1.schedule_retry(QUEUE, &stale, &entry, 1, "late retry".into(), Some(&late))
             .await,
         HandledAs::LostClaim
     );
@@ -376,13 +395,16 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
             "slow-handler",
             Some(&stale),
             &entry,
-            "late fail".into()
+            "late fail".into(),
+            Some(&late),
         )
         .await,
         HandledAs::LostClaim
     );
     assert_eq!(
-        c1.finish_ok(QUEUE, &stale, &stream_id).await.unwrap(),
+        c1.finish_ok(QUEUE, &stale, &stream_id, Some(&late))
+            .await
+            .unwrap(),
         Settled::LostClaim
     );
     assert!(!c1.renew_claim(QUEUE, &stale, &stream_id).await.unwrap());
@@ -396,6 +418,19 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
     assert_eq!(pending(&env).await, 0);
     assert_eq!(len(&env, &retries, "ZCARD").await, 0, "nothing re-added");
     assert_eq!(len(&env, &dead, "XLEN").await, 0, "nothing dead-lettered");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while receipt(&env, 7).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the winner's receipt was written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        receipt(&env, 7).await,
+        Some(("ok".to_string(), 1)),
+        "only the winner's receipt was appended"
+    );
     assert_eq!(len(&env, &stream, "XLEN").await, 1, "no entry added");
     env.cleanup().await;
 }

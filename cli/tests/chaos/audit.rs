@@ -44,9 +44,9 @@ pub struct Audit {
     /// A rolled-back event (or an event nobody published) seen in the table or a stream.
     pub phantom: usize,
     /// Handler entries whose work is recorded done in Redis (the handled marker says `done`) but
-    /// whose `ok` receipt row is missing: a host killed between the outcome script and the
-    /// receipt writer's batch (receipts are written after the acknowledgement, from memory).
-    /// The handler's work happened once; its record in `outbox_receipt` was lost.
+    /// whose `ok` receipt row is missing once the receipts stream is empty: the outcome step
+    /// appends the receipt atomically with the acknowledgement, so a killed host must not lose
+    /// one.
     pub receipts_lost: usize,
     /// Receiver retries seen in the handler streams (re-added entries; not a fault).
     pub handler_retries: usize,
@@ -63,7 +63,11 @@ impl Audit {
 
     /// Whether nothing was lost, doubled, stuck or made up.
     pub fn clean(&self) -> bool {
-        self.lost == 0 && self.duplicated == 0 && self.stuck == 0 && self.phantom == 0
+        self.lost == 0
+            && self.duplicated == 0
+            && self.stuck == 0
+            && self.phantom == 0
+            && self.receipts_lost == 0
     }
 }
 

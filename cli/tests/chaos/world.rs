@@ -196,7 +196,8 @@ pub struct World {
     pub dir: tempfile::TempDir,
     /// Host slots.
     pub hosts: Vec<HostSlot>,
-    /// The hosts' logs (kept when the run fails; removed by [`World::cleanup`]).
+    /// The hosts' logs (kept when the run fails or `OUTBOX_CHAOS_KEEP_LOGS` is set; removed by
+    /// [`World::cleanup`]).
     pub logs: PathBuf,
     /// The two equivalent versions of each reloaded plugin file (file name, [v0, v1]).
     pub plugin_versions: Vec<(String, [Vec<u8>; 2])>,
@@ -538,7 +539,10 @@ impl World {
                 .await;
         }
         self.pool.close().await;
-        let _ = std::fs::remove_dir_all(&self.logs);
+        // OUTBOX_CHAOS_KEEP_LOGS=1 keeps the host logs of a passing run too.
+        if std::env::var_os("OUTBOX_CHAOS_KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.logs);
+        }
         let _ = sqlx::query(&format!(
             "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
             self.db_name

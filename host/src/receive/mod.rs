@@ -5,14 +5,14 @@
 //! started and stopped as reloads change `[handlers]`, a stopped one reading nothing more so
 //! the queue's entries wait in the stream) and the life of one entry
 //! ([`Receivers::handle_entry`]: idempotency claim, handler while the claim is renewed,
-//! outcome, receipt) here; the reading loop in `consume`; the atomic Redis outcome steps
+//! outcome with its receipt) here; the reading loop in `consume`; the atomic Redis outcome steps
 //! (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker kept
 //! for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by the
 //! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
 //! in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
-//! `housekeeping`; receipts in PostgreSQL (written in batches after the outcome is safe in
-//! Redis) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
+//! `housekeeping`; receipts (appended to the receipts stream with each outcome, moved to
+//! PostgreSQL in batches by a writer) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
 //! these writes through infrastructure blips (a quick retry on a fresh connection, not a
 //! redelivery after the lease) in `blips`. Key names and entry fields come from
 //! [`crate::queue`].
@@ -46,10 +46,10 @@ mod receipts;
 pub use crate::queue::QueueEntry;
 pub use dead_letter::{DeadLetter, DeadLetters};
 pub use outcomes::{Claim, Settled};
-pub use receipts::{write_receipts, Receipt, RECEIPT_BATCH};
+pub use receipts::{write_receipts, HandlerRun, Receipt, RECEIPT_BATCH};
 
 use invoke::HandlerFailure;
-use receipts::{spawn_receipt_writer, ReceiptUpdate};
+use receipts::{spawn_receipt_writer, ReceiptWriterHandle};
 
 /// The built-in handler that calls a subscribed plugin's hook (`plugin.invoke.*` jobs).
 pub const BUILTIN_PLUGIN_INVOKE: &str = "builtin:plugin-invoke";
@@ -102,7 +102,8 @@ pub struct Receivers {
     handler_host: Arc<HandlerHost>,
     scripts: Arc<outcomes::OutcomeScripts>,
     move_due: Arc<redis::Script>,
-    receipts: tokio::sync::mpsc::Sender<ReceiptUpdate>,
+    /// Keeps this process's receipt writer running.
+    _receipts: ReceiptWriterHandle,
     /// Queue -> receiver loops running on it in this process.
     receiving: Arc<Mutex<BTreeMap<String, usize>>>,
 }
@@ -137,9 +138,14 @@ impl Receivers {
         let redis_client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
             "invalid REDIS_URL".into()
         })?;
-        let conn = ctx(ConnectionManager::new(redis_client.clone()).await, || {
-            "connect to Redis".into()
-        })?;
+        let conn = ctx(
+            ConnectionManager::new_with_config(
+                redis_client.clone(),
+                crate::reconnect::redis_manager_config(),
+            )
+            .await,
+            || "connect to Redis".into(),
+        )?;
         let policy = Arc::new(CapabilityPolicy::new(
             live.registry.clone(),
             live.routes.clone(),
@@ -156,17 +162,26 @@ impl Receivers {
             http,
             settings.max_payload_bytes,
         ));
+        let keys = QueueKeys::from_settings(&settings);
+        let consumer = consumer.into();
+        let receipts = spawn_receipt_writer(
+            pool,
+            redis_client.clone(),
+            &keys,
+            consumer.clone(),
+            settings.receiver_lease,
+        );
         Ok(Self {
             redis_client,
             conn,
             handler_host,
             live,
-            keys: QueueKeys::from_settings(&settings),
+            keys,
             settings,
-            consumer: consumer.into(),
+            consumer,
             scripts: Arc::new(outcomes::OutcomeScripts::new()),
             move_due: Arc::new(housekeeping::move_due_script()),
-            receipts: spawn_receipt_writer(pool),
+            _receipts: receipts,
             receiving: Arc::default(),
         })
     }
@@ -302,6 +317,7 @@ impl Receivers {
                     None,
                     &entry,
                     "malformed entry: no event_id".into(),
+                    None,
                 )
                 .await;
         };
@@ -314,13 +330,12 @@ impl Receivers {
                         blips::STAGE,
                         self.blip_deadline(),
                         |e: &redis::RedisError| fault::redis_blip(e),
-                        || self.ack_duplicate(queue, &entry.stream_id),
+                        || self.ack_duplicate(queue, &entry.stream_id, event_id, &handler),
                     )
                     .await;
                     if let Err(e) = acked {
                         tracing::warn!(%queue, event_id, error = %e, "could not acknowledge a duplicate; it will be delivered again");
                     }
-                    self.record_duplicate(event_id, &handler).await;
                     metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string())
                         .increment(1);
                     return HandledAs::Duplicate;
@@ -340,10 +355,19 @@ impl Receivers {
             never = self.hold_claim(queue, &claim, &entry.stream_id) => match never {},
         };
         let duration = started.elapsed();
+        // Its receipt goes to the receipts stream in the step that records the outcome.
+        let run = HandlerRun {
+            event_id: receipt_event,
+            handler: receipt_handler,
+            queue: queue.to_string(),
+            attempts: attempt as i32,
+            duration,
+            published,
+        };
         let handled = match outcome {
-            Ok(()) => self.record_ok(queue, &claim, &entry.stream_id).await,
+            Ok(()) => self.record_ok(queue, &claim, &entry.stream_id, &run).await,
             Err(HandlerFailure::Fail(reason)) => {
-                self.dead_letter(queue, &handler, Some(&claim), &entry, reason)
+                self.dead_letter(queue, &handler, Some(&claim), &entry, reason, Some(&run))
                     .await
             }
             Err(HandlerFailure::Retry(reason)) if attempt > self.settings.handler_max_retries => {
@@ -353,27 +377,18 @@ impl Receivers {
                     Some(&claim),
                     &entry,
                     format!("gave up after {attempt} attempts: {reason}"),
+                    Some(&run),
                 )
                 .await
             }
             Err(HandlerFailure::Retry(reason)) => {
-                self.schedule_retry(queue, &claim, &entry, attempt, reason)
+                self.schedule_retry(queue, &claim, &entry, attempt, reason, Some(&run))
                     .await
             }
         };
         metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
         metrics::histogram!("outbox_handler_seconds", "handler" => handler.clone())
             .record(duration.as_secs_f64());
-        self.record_receipt(
-            receipt_event,
-            &receipt_handler,
-            queue,
-            &handled,
-            attempt,
-            duration,
-            &published,
-        )
-        .await;
         handled
     }
 }

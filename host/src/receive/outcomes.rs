@@ -9,12 +9,16 @@
 //! without its outcome, and every script first checks that the marker still holds the caller's
 //! token: a consumer whose claim lapsed and was taken over changes nothing (its outcome is
 //! reported as a lost claim), so it never clears the new owner's `done` marker, acknowledges
-//! the entry or re-adds it. It never runs a handler and never writes receipts.
+//! the entry or re-adds it. Each outcome script also appends the handler run's receipt to the
+//! receipts stream in the same step, so no acknowledged entry is without one (the receipt
+//! writer in `receipts` moves them to PostgreSQL). It never runs a handler and never writes to
+//! PostgreSQL.
 
 use std::convert::Infallible;
 
 use redis::AsyncCommands;
 
+use super::receipts::{HandlerRun, ReceiptUpdate, RECEIPT_FIELD};
 use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
 use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
 use crate::reconnect::retry_blips;
@@ -22,35 +26,41 @@ use crate::reconnect::retry_blips;
 /// What every guarded script returns when the marker no longer holds the caller's token.
 const LOST: i64 = -1;
 
-/// Ack with a `done` marker: KEYS[1] marker, KEYS[2] stream; ARGV[1] owner's marker value,
-/// ARGV[2] group, ARGV[3] entry id, ARGV[4] done marker value, ARGV[5] marker TTL (s).
-/// Returns `XACK`'s count, or -1 (nothing changed) unless the marker holds ARGV[1].
+/// Ack with a `done` marker: KEYS[1] marker, KEYS[2] stream, KEYS[3] receipts stream; ARGV[1]
+/// owner's marker value, ARGV[2] group, ARGV[3] entry id, ARGV[4] done marker value, ARGV[5]
+/// marker TTL (s), ARGV[6] receipt (empty: none). Returns `XACK`'s count, or -1 (nothing
+/// changed) unless the marker holds ARGV[1].
 const FINISH_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[4], 'EX', ARGV[5])
+if ARGV[6] ~= '' then redis.call('XADD', KEYS[3], '*', 'receipt', ARGV[6]) end
 return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 "#;
 
-/// Schedule a retry: KEYS[1] marker, KEYS[2] stream, KEYS[3] retry set; ARGV[1] owner's marker
-/// value, ARGV[2] group, ARGV[3] entry id, ARGV[4] due (ms), ARGV[5] entry as JSON.
-/// Returns `XACK`'s count, or -1 (nothing changed) unless the marker holds ARGV[1].
+/// Schedule a retry: KEYS[1] marker, KEYS[2] stream, KEYS[3] retry set, KEYS[4] receipts
+/// stream; ARGV[1] owner's marker value, ARGV[2] group, ARGV[3] entry id, ARGV[4] due (ms),
+/// ARGV[5] entry as JSON, ARGV[6] receipt (empty: none). Returns `XACK`'s count, or -1
+/// (nothing changed) unless the marker holds ARGV[1].
 const RETRY_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 redis.call('DEL', KEYS[1])
+if ARGV[6] ~= '' then redis.call('XADD', KEYS[4], '*', 'receipt', ARGV[6]) end
 return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 "#;
 
-/// Dead-letter: KEYS[1] marker, KEYS[2] stream, KEYS[3] dead-letter stream; ARGV[1] owner's
-/// marker value (empty: the entry was never claimed, the marker is left alone), ARGV[2] group,
-/// ARGV[3] entry id, ARGV[4..] fields of the dead-letter entry. Returns `XACK`'s count, or -1
-/// (nothing changed) unless the marker holds a non-empty ARGV[1].
+/// Dead-letter: KEYS[1] marker, KEYS[2] stream, KEYS[3] dead-letter stream, KEYS[4] receipts
+/// stream; ARGV[1] owner's marker value (empty: the entry was never claimed, the marker is left
+/// alone), ARGV[2] group, ARGV[3] entry id, ARGV[4] receipt (empty: none), ARGV[5..] fields of
+/// the dead-letter entry. Returns `XACK`'s count, or -1 (nothing changed) unless the marker
+/// holds a non-empty ARGV[1].
 const DEAD_LUA: &str = r#"
 if ARGV[1] ~= '' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
   redis.call('DEL', KEYS[1])
 end
-redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))
+redis.call('XADD', KEYS[3], '*', unpack(ARGV, 5))
+if ARGV[4] ~= '' then redis.call('XADD', KEYS[4], '*', 'receipt', ARGV[4]) end
 return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 "#;
 
@@ -281,24 +291,28 @@ impl Receivers {
     }
 
     /// Finish (ok) one claimed entry: mark the claimed (handler, event) done for
-    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS` and acknowledge `stream_id` on `queue`, in one step,
-    /// unless the claim was lost ([`Settled::LostClaim`]: nothing changed).
+    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, append `run`'s `ok` receipt to the receipts stream and
+    /// acknowledge `stream_id` on `queue`, in one step, unless the claim was lost
+    /// ([`Settled::LostClaim`]: nothing changed).
     pub async fn finish_ok(
         &self,
         queue: &str,
         claim: &Claim,
         stream_id: &str,
+        run: Option<&HandlerRun>,
     ) -> Result<Settled, ReceiveError> {
         let reply: i64 = ctx(
             self.scripts
                 .finish
                 .key(&claim.marker)
                 .key(self.keys.stream(queue))
+                .key(self.keys.receipts_stream())
                 .arg(claim.marker_value())
                 .arg(CONSUMER_GROUP)
                 .arg(stream_id)
                 .arg(MARKER_DONE_OK)
                 .arg(self.settings.idempotency_ttl.as_secs().max(1))
+                .arg(receipt_arg(run, "ok", None))
                 .invoke_async(&mut self.conn.clone())
                 .await,
             || format!("finish {stream_id} on {queue}"),
@@ -309,7 +323,13 @@ impl Receivers {
     /// Record a successful handler run of `claim` on `stream_id` ([`finish_ok`](Self::finish_ok)).
     /// Retried through blips; a retry that finds the claim gone but the entry done was applied
     /// by its earlier try (only the reply was lost), so it counts as recorded.
-    pub(super) async fn record_ok(&self, queue: &str, claim: &Claim, stream_id: &str) -> HandledAs {
+    pub(super) async fn record_ok(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+        run: &HandlerRun,
+    ) -> HandledAs {
         let mut tried = false;
         let finished = retry_blips(
             "record success",
@@ -319,7 +339,7 @@ impl Receivers {
             || {
                 let again = std::mem::replace(&mut tried, true);
                 async move {
-                    match self.finish_ok(queue, claim, stream_id).await? {
+                    match self.finish_ok(queue, claim, stream_id, Some(run)).await? {
                         // A blip while reading the marker is retried with the whole step, not
                         // taken for a lost claim (which would leave the entry without receipt).
                         Settled::LostClaim
@@ -344,22 +364,37 @@ impl Receivers {
         }
     }
 
-    /// Acknowledge a duplicate delivery without recording anything (on an error the entry is
-    /// delivered again and found a duplicate again).
+    /// Acknowledge a duplicate delivery of (`handler`, `event_id`) without running the handler,
+    /// and count it on the receipt (both in one `MULTI`; on an error the entry is delivered
+    /// again and found a duplicate again).
     pub(super) async fn ack_duplicate(
         &self,
         queue: &str,
         stream_id: &str,
-    ) -> redis::RedisResult<i64> {
-        self.conn
-            .clone()
+        event_id: i64,
+        handler: &str,
+    ) -> redis::RedisResult<()> {
+        let duplicate = ReceiptUpdate::Duplicate {
+            event_id,
+            handler: handler.to_string(),
+        };
+        redis::pipe()
+            .atomic()
             .xack(self.keys.stream(queue), CONSUMER_GROUP, &[stream_id])
+            .ignore()
+            .xadd(
+                self.keys.receipts_stream(),
+                "*",
+                &[(RECEIPT_FIELD, duplicate.encode())],
+            )
+            .ignore()
+            .query_async(&mut self.conn.clone())
             .await
     }
 
     /// Schedule `entry`'s next delivery after the handler backoff of failed `attempt`, clearing
-    /// `claim`'s marker and acknowledging the entry in one step; unless the claim was lost
-    /// ([`HandledAs::LostClaim`]: nothing changed).
+    /// `claim`'s marker, appending `run`'s `retry` receipt and acknowledging the entry in one
+    /// step; unless the claim was lost ([`HandledAs::LostClaim`]: nothing changed).
     pub async fn schedule_retry(
         &self,
         queue: &str,
@@ -367,6 +402,7 @@ impl Receivers {
         entry: &QueueEntry,
         attempt: u32,
         reason: String,
+        run: Option<&HandlerRun>,
     ) -> HandledAs {
         let delay = self.settings.handler_backoff_after(attempt);
         let due = chrono::Utc::now().timestamp_millis() + delay.as_millis() as i64;
@@ -376,11 +412,13 @@ impl Receivers {
         invocation
             .key(self.keys.stream(queue))
             .key(self.keys.retry_set(queue))
+            .key(self.keys.receipts_stream())
             .arg(claim.marker_value())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
             .arg(due)
-            .arg(json);
+            .arg(json)
+            .arg(receipt_arg(run, "retry", Some(&reason)));
         let r = self
             .apply_outcome(queue, &entry.stream_id, "schedule a retry", &invocation)
             .await;
@@ -395,10 +433,10 @@ impl Receivers {
         HandledAs::Retry(reason)
     }
 
-    /// Move `entry` to `queue`'s dead-letter stream with `reason`, clearing `claim`'s marker and
-    /// acknowledging the entry in one step; unless the claim was lost ([`HandledAs::LostClaim`]:
-    /// nothing changed). Without a claim (an entry that could not be claimed, e.g. without an
-    /// event id) no marker is touched.
+    /// Move `entry` to `queue`'s dead-letter stream with `reason`, clearing `claim`'s marker,
+    /// appending `run`'s `dead` receipt and acknowledging the entry in one step; unless the
+    /// claim was lost ([`HandledAs::LostClaim`]: nothing changed). Without a claim (an entry
+    /// that could not be claimed, e.g. without an event id) no marker is touched.
     pub async fn dead_letter(
         &self,
         queue: &str,
@@ -406,6 +444,7 @@ impl Receivers {
         claim: Option<&Claim>,
         entry: &QueueEntry,
         reason: String,
+        run: Option<&HandlerRun>,
     ) -> HandledAs {
         let marker = match claim {
             Some(claim) => claim.marker.clone(),
@@ -417,9 +456,11 @@ impl Receivers {
         invocation
             .key(self.keys.stream(queue))
             .key(self.keys.dead_letter_stream(queue))
+            .key(self.keys.receipts_stream())
             .arg(claim.map(Claim::marker_value).unwrap_or_default())
             .arg(CONSUMER_GROUP)
-            .arg(&entry.stream_id);
+            .arg(&entry.stream_id)
+            .arg(receipt_arg(run, "dead", Some(&reason)));
         let dead_at = chrono::Utc::now().to_rfc3339();
         for field in entry.dead_letter_fields(&reason, handler, queue, &dead_at) {
             invocation.arg(field);
@@ -444,4 +485,11 @@ impl Receivers {
     fn lease_ms(&self) -> u64 {
         self.settings.receiver_lease.as_millis() as u64
     }
+}
+
+/// The receipt argument of an outcome script: `run`'s receipt as a receipts stream entry, or
+/// empty (none).
+fn receipt_arg(run: Option<&HandlerRun>, result: &'static str, error: Option<&str>) -> String {
+    run.map(|run| ReceiptUpdate::Outcome(run.receipt(result, error)).encode())
+        .unwrap_or_default()
 }

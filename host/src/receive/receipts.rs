@@ -1,19 +1,34 @@
 //! Receipts: what each handler made of each event, in `outbox_receipt`.
 //!
-//! Owns the background writer that turns handler outcomes into rows, a batch per statement,
-//! and the SQL it runs ([`write_receipts`]). A batch is one transaction, retried on a fresh
-//! connection through infrastructure blips ([`crate::fault`]) for up to
-//! [`RECEIPT_RETRY_FOR`]. It only ever runs after the outcome is safe in Redis, so a lost
-//! receipt never loses an outcome; it never touches Redis.
+//! A receipt travels in two steps, so none is lost with a killed host. The outcome script that
+//! records a handler run in Redis (see `outcomes`) also appends the run's receipt to the
+//! receipts stream (`{prefix}outbox:receipts`, [`QueueKeys::receipts_stream`]) in the same
+//! atomic step: an acknowledged entry always has its receipt somewhere. This module owns the
+//! other step, the writer: it reads that stream as a consumer group, writes what it read to
+//! `outbox_receipt` a batch per transaction ([`write_receipts`]'s statement, retried on a fresh
+//! connection through infrastructure blips for up to [`RECEIPT_RETRY_FOR`]), and only then
+//! acknowledges and deletes the stream entries. A receipt read by a writer that died first
+//! stays pending and is adopted by another writer after the receiver lease (`XAUTOCLAIM`), or
+//! by the same consumer reading its own pending entries again after a failed write. Writing
+//! one twice changes nothing but a `duplicates` count: each row keeps the outcome of the
+//! highest stream position (the latest recorded) and unions the published ids. It never runs a handler and never touches a
+//! queue stream.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use redis::aio::MultiplexedConnection;
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
+};
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+use tokio::sync::mpsc;
 
-use super::{HandledAs, Receivers};
 use crate::fault;
-use crate::reconnect::retry_blips;
+use crate::queue::{QueueKeys, CONSUMER_GROUP};
+use crate::reconnect::{probe_delay, redis_reader_config, retry_blips};
 
 /// One handler outcome for `outbox_receipt`.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,8 +51,43 @@ pub struct Receipt {
     pub error: Option<String>,
 }
 
-/// What the receipt writer is told.
-#[derive(Debug, Clone)]
+/// A handler run whose outcome is not recorded yet: the outcome step that records it in Redis
+/// turns it into a [`Receipt`] (adding the result and error) and appends that to the receipts
+/// stream in the same atomic step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerRun {
+    /// The event the handler ran on.
+    pub event_id: i64,
+    /// The handler (for a plugin-invoke job: the subscribed plugin).
+    pub handler: String,
+    /// The queue the entry came from.
+    pub queue: String,
+    /// The handler attempt this run was.
+    pub attempts: i32,
+    /// How long the handler ran.
+    pub duration: Duration,
+    /// Ids of the events the handler published.
+    pub published: Vec<i64>,
+}
+
+impl HandlerRun {
+    /// The run's receipt with `result` (`ok`, `retry` or `dead`) and `error`.
+    pub fn receipt(&self, result: &'static str, error: Option<&str>) -> Receipt {
+        Receipt {
+            event_id: self.event_id,
+            handler: self.handler.clone(),
+            queue: self.queue.clone(),
+            result,
+            attempts: self.attempts,
+            duration_ms: self.duration.as_secs_f64() * 1000.0,
+            published: self.published.clone(),
+            error: error.map(str::to_string),
+        }
+    }
+}
+
+/// What the receipt writer is told: one entry of the receipts stream.
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum ReceiptUpdate {
     /// A handler outcome.
     Outcome(Receipt),
@@ -50,84 +100,477 @@ pub(super) enum ReceiptUpdate {
     },
 }
 
-/// Receipts written per statement at most.
+/// The field of a receipts stream entry that holds the update as JSON.
+pub(super) const RECEIPT_FIELD: &str = "receipt";
+
+/// A receipts stream entry as JSON: short field names, as a queue entry's are kept short.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+enum ReceiptWire {
+    Outcome {
+        e: i64,
+        h: String,
+        q: String,
+        r: String,
+        a: i32,
+        d: f64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        p: Vec<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        x: Option<String>,
+    },
+    Duplicate {
+        e: i64,
+        h: String,
+    },
+}
+
+impl ReceiptUpdate {
+    /// The update as the JSON of a receipts stream entry.
+    pub(super) fn encode(&self) -> String {
+        let wire = match self {
+            ReceiptUpdate::Outcome(r) => ReceiptWire::Outcome {
+                e: r.event_id,
+                h: r.handler.clone(),
+                q: r.queue.clone(),
+                r: r.result.to_string(),
+                a: r.attempts,
+                d: r.duration_ms,
+                p: r.published.clone(),
+                x: r.error.clone(),
+            },
+            ReceiptUpdate::Duplicate { event_id, handler } => ReceiptWire::Duplicate {
+                e: *event_id,
+                h: handler.clone(),
+            },
+        };
+        // Strings and numbers only (a non-finite duration becomes null): this cannot fail.
+        serde_json::to_string(&wire).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "could not encode a receipt; it is not recorded");
+            String::new()
+        })
+    }
+
+    /// The update a receipts stream entry's JSON holds, or why it holds none.
+    pub(super) fn decode(json: &str) -> Result<Self, String> {
+        let wire: ReceiptWire = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        Ok(match wire {
+            ReceiptWire::Outcome {
+                e,
+                h,
+                q,
+                r,
+                a,
+                d,
+                p,
+                x,
+            } => {
+                let result = match r.as_str() {
+                    "ok" => "ok",
+                    "retry" => "retry",
+                    "dead" => "dead",
+                    other => return Err(format!("unknown result {other:?}")),
+                };
+                ReceiptUpdate::Outcome(Receipt {
+                    event_id: e,
+                    handler: h,
+                    queue: q,
+                    result,
+                    attempts: a,
+                    duration_ms: d,
+                    published: p,
+                    error: x,
+                })
+            }
+            ReceiptWire::Duplicate { e, h } => ReceiptUpdate::Duplicate {
+                event_id: e,
+                handler: h,
+            },
+        })
+    }
+
+    /// The update of one receipts stream entry, with its position (`None`: the entry holds no
+    /// readable receipt).
+    fn from_stream(entry: &StreamId) -> Option<PositionedUpdate> {
+        let json: String = entry.get(RECEIPT_FIELD)?;
+        match Self::decode(&json) {
+            Ok(update) => Some(PositionedUpdate {
+                update,
+                position: stream_position(&entry.id),
+            }),
+            Err(e) => {
+                tracing::error!(entry = %entry.id, error = %e, "unreadable receipts stream entry; dropped");
+                None
+            }
+        }
+    }
+}
+
+/// Receipts written per statement at most (and read from the receipts stream per read).
 pub const RECEIPT_BATCH: usize = 500;
 
-/// How long the writer retries a batch through blips before it gives the batch up (and logs it).
+/// How long the writer retries a batch through blips before it leaves the batch pending in the
+/// receipts stream (to be written again) and logs it.
 pub const RECEIPT_RETRY_FOR: Duration = Duration::from_secs(30);
 
-/// Start the task that writes receipts in batches: whatever queued up while the previous
-/// statement ran goes into the next one, so a busy receiver writes a few rows per entry's worth
-/// of round trips and an idle one writes each receipt at once. It ends when every sender is gone.
-pub(super) fn spawn_receipt_writer(pool: PgPool) -> tokio::sync::mpsc::Sender<ReceiptUpdate> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<ReceiptUpdate>(10_000);
-    tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(RECEIPT_BATCH);
-        while let Some(first) = rx.recv().await {
-            batch.push(first);
-            while batch.len() < RECEIPT_BATCH {
-                match rx.try_recv() {
-                    Ok(update) => batch.push(update),
-                    Err(_) => break,
+/// How long a read of the receipts stream waits for new entries.
+const READ_BLOCK: Duration = Duration::from_millis(1000);
+
+/// How long a writer whose receivers are all gone keeps writing what is already in the stream.
+const FINAL_WRITE_FOR: Duration = Duration::from_secs(5);
+
+/// Keeps the receipt writer running while any clone lives; the writer writes what is left and
+/// stops once every clone is dropped.
+#[derive(Debug, Clone)]
+pub(super) struct ReceiptWriterHandle {
+    _alive: mpsc::Sender<()>,
+}
+
+/// Start the receipt writer of a process's receivers: it reads the receipts stream as consumer
+/// `consumer` and writes to `pool` until every [`ReceiptWriterHandle`] clone is gone.
+pub(super) fn spawn_receipt_writer(
+    pool: PgPool,
+    client: redis::Client,
+    keys: &QueueKeys,
+    consumer: String,
+    lease: Duration,
+) -> ReceiptWriterHandle {
+    let (alive, gone) = mpsc::channel(1);
+    let writer = ReceiptWriter {
+        pool,
+        client,
+        stream: keys.receipts_stream(),
+        consumer,
+        lease,
+    };
+    tokio::spawn(writer.run(gone));
+    ReceiptWriterHandle { _alive: alive }
+}
+
+/// The receipt writer's state: where it reads and writes, and as whom.
+struct ReceiptWriter {
+    pool: PgPool,
+    client: redis::Client,
+    stream: String,
+    consumer: String,
+    lease: Duration,
+}
+
+/// Which entries the writer reads next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadFrom {
+    /// Its own pending entries (read before, not written: after a failed write or at start).
+    OwnPending,
+    /// Entries no writer has read yet.
+    New,
+}
+
+impl ReceiptWriter {
+    async fn run(self, mut gone: mpsc::Receiver<()>) {
+        let mut conn: Option<MultiplexedConnection> = None;
+        // Consecutive failures: each waits a probe delay (about a second), as a blip does.
+        let mut failures: u32 = 0;
+        let mut from = ReadFrom::OwnPending;
+        let mut adopted_at = Instant::now();
+        let mut closing: Option<Instant> = None;
+        loop {
+            if closing.is_some_and(|since| since.elapsed() > FINAL_WRITE_FOR) {
+                break;
+            }
+            let connection = match conn.as_mut() {
+                Some(c) => c,
+                None => match self.connect().await {
+                    Ok(c) => conn.insert(c),
+                    Err(e) => {
+                        if closing.is_some() {
+                            break;
+                        }
+                        tracing::warn!(error = %e, "receipt writer cannot reach Redis; retrying");
+                        failures = failures.saturating_add(1);
+                        tokio::time::sleep(probe_delay(failures)).await;
+                        continue;
+                    }
+                },
+            };
+            let read = if adopted_at.elapsed() >= self.lease / 2 && closing.is_none() {
+                adopted_at = Instant::now();
+                self.adopt(connection).await
+            } else {
+                let block = if closing.is_some() || from == ReadFrom::OwnPending {
+                    None
+                } else {
+                    Some(READ_BLOCK)
+                };
+                tokio::select! {
+                    r = self.read(connection, from, block) => r,
+                    _ = gone.recv(), if closing.is_none() => {
+                        // Every receiver is gone: write what is in the stream, then stop. The
+                        // cut read's entries (if any) are this consumer's pending entries now.
+                        closing = Some(Instant::now());
+                        from = ReadFrom::OwnPending;
+                        continue;
+                    }
+                }
+            };
+            let entries = match read {
+                Ok(entries) => entries,
+                Err(e) => {
+                    conn = None;
+                    from = ReadFrom::OwnPending;
+                    if closing.is_some() {
+                        break;
+                    }
+                    tracing::warn!(error = %e, "receipt writer cannot read the receipts stream; retrying");
+                    failures = failures.saturating_add(1);
+                    tokio::time::sleep(probe_delay(failures)).await;
+                    continue;
+                }
+            };
+            if entries.is_empty() {
+                match (from, closing) {
+                    (ReadFrom::OwnPending, _) => from = ReadFrom::New,
+                    (ReadFrom::New, Some(_)) => break,
+                    (ReadFrom::New, None) => {}
+                }
+                continue;
+            }
+            match self.write(connection, &entries).await {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    // Left pending: read again from this consumer's pending entries.
+                    tracing::warn!(error = %e, receipts = entries.len(), "could not record receipts; they stay in the receipts stream and are written again");
+                    from = ReadFrom::OwnPending;
+                    if closing.is_some() {
+                        break;
+                    }
+                    failures = failures.saturating_add(1);
+                    tokio::time::sleep(probe_delay(failures)).await;
                 }
             }
-            let written = retry_blips(
+        }
+    }
+
+    /// A connection of its own (blocking reads would hold up a shared one), with the consumer
+    /// group made unless it exists.
+    async fn connect(&self) -> redis::RedisResult<MultiplexedConnection> {
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&redis_reader_config(READ_BLOCK))
+            .await?;
+        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.stream)
+            .arg(CONSUMER_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await;
+        match created {
+            Err(e) if e.code() != Some("BUSYGROUP") => Err(e),
+            _ => Ok(conn),
+        }
+    }
+
+    /// Up to [`RECEIPT_BATCH`] entries: this consumer's pending ones, or new ones (waiting up
+    /// to `block` for them).
+    async fn read(
+        &self,
+        conn: &mut MultiplexedConnection,
+        from: ReadFrom,
+        block: Option<Duration>,
+    ) -> redis::RedisResult<Vec<StreamId>> {
+        let mut opts = StreamReadOptions::default()
+            .group(CONSUMER_GROUP, &self.consumer)
+            .count(RECEIPT_BATCH);
+        if let Some(block) = block {
+            opts = opts.block(block.as_millis() as usize);
+        }
+        let id = match from {
+            ReadFrom::OwnPending => "0",
+            ReadFrom::New => ">",
+        };
+        let reply: Option<StreamReadReply> =
+            redis::AsyncCommands::xread_options(conn, &[&self.stream], &[id], &opts).await?;
+        Ok(reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default())
+    }
+
+    /// Entries another writer read and left unwritten for longer than the receiver lease (it
+    /// died, or its database writes keep failing): now this consumer's.
+    async fn adopt(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<Vec<StreamId>> {
+        let reply: StreamAutoClaimReply = redis::AsyncCommands::xautoclaim_options(
+            conn,
+            &self.stream,
+            CONSUMER_GROUP,
+            &self.consumer,
+            self.lease.as_millis() as u64,
+            "0-0",
+            StreamAutoClaimOptions::default().count(RECEIPT_BATCH),
+        )
+        .await?;
+        if !reply.claimed.is_empty() {
+            tracing::info!(
+                receipts = reply.claimed.len(),
+                "adopted receipts another writer left unwritten"
+            );
+        }
+        Ok(reply.claimed)
+    }
+
+    /// Write `entries` to `outbox_receipt`, then acknowledge and delete them.
+    async fn write(
+        &self,
+        conn: &mut MultiplexedConnection,
+        entries: &[StreamId],
+    ) -> Result<(), String> {
+        let batch: Vec<PositionedUpdate> = entries
+            .iter()
+            .filter_map(ReceiptUpdate::from_stream)
+            .collect();
+        if !batch.is_empty() {
+            retry_blips(
                 "record receipts",
                 "receipts",
                 Instant::now() + RECEIPT_RETRY_FOR,
                 fault::postgres_blip,
-                || write_updates(&pool, &batch),
+                || write_updates(&self.pool, &batch),
             )
-            .await;
-            if let Err(e) = written {
-                tracing::warn!(error = %e, receipts = batch.len(), "could not record receipts");
-            }
-            batch.clear();
+            .await
+            .map_err(|e| e.to_string())?;
         }
-    });
-    tx
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("XACK")
+            .arg(&self.stream)
+            .arg(CONSUMER_GROUP)
+            .arg(&ids)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&self.stream)
+            .arg(&ids)
+            .ignore();
+        // Written but not acknowledged: written again later, which changes nothing but the
+        // duplicate counts.
+        pipe.query_async::<()>(conn)
+            .await
+            .map_err(|e| format!("acknowledge written receipts: {e}"))
+    }
 }
 
 /// Write a batch of handler outcomes to `outbox_receipt` in one statement, as the receivers'
 /// receipt writer does: an upsert per (event, handler), the latest outcome wins and published
 /// ids add up.
 pub async fn write_receipts(pool: &PgPool, receipts: &[Receipt]) -> Result<(), sqlx::Error> {
-    let updates: Vec<ReceiptUpdate> = receipts
+    let updates: Vec<PositionedUpdate> = receipts
         .iter()
         .cloned()
-        .map(ReceiptUpdate::Outcome)
+        .map(|r| PositionedUpdate {
+            update: ReceiptUpdate::Outcome(r),
+            position: None,
+        })
         .collect();
     write_updates(pool, &updates).await
 }
 
+/// A receipts stream entry's position: its id `<ms>-<seq>` as numbers, which order the outcomes
+/// of one (event, handler) as they were recorded.
+type StreamPosition = (i64, i64);
+
+/// The position of stream entry id `id` (`None`: not an entry id).
+fn stream_position(id: &str) -> Option<StreamPosition> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// An update with the position of the receipts stream entry it came from (`None`: written
+/// directly, applied as the latest).
+#[derive(Debug, Clone)]
+struct PositionedUpdate {
+    update: ReceiptUpdate,
+    position: Option<StreamPosition>,
+}
+
+/// Whether an outcome at `position` replaces one at `current` (a missing position counts as
+/// the latest).
+fn replaces(position: Option<StreamPosition>, current: Option<StreamPosition>) -> bool {
+    match (position, current) {
+        (Some(new), Some(old)) => new >= old,
+        _ => true,
+    }
+}
+
+/// Whether the outcome being upserted (`EXCLUDED`) is newer than the row's (`r`): a higher
+/// receipts stream position, or either without one.
+const NEWER_OUTCOME: &str = "(EXCLUDED.outcome_ms IS NULL OR r.outcome_ms IS NULL \
+     OR (EXCLUDED.outcome_ms, EXCLUDED.outcome_seq) >= (r.outcome_ms, r.outcome_seq))";
+
+/// The upsert of merged outcomes; `{NEWER}` stands for [`NEWER_OUTCOME`]. A row keeps its
+/// outcome against an older one; published ids and duplicate counts always add up.
+const UPSERT_OUTCOMES: &str = r#"
+            INSERT INTO outbox_receipt AS r
+                (event_id, handler, queue, result, attempts, duration_ms, published_ids, error,
+                 duplicates, outcome_ms, outcome_seq)
+            SELECT v.event_id, v.handler, v.queue, v.result, v.attempts, v.duration_ms,
+                   v.published::bigint[], v.error, v.duplicates, v.outcome_ms, v.outcome_seq
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
+                        $7::text[], $8::text[], $9::int[], $10::bigint[], $11::bigint[])
+                 AS v(event_id, handler, queue, result, attempts, duration_ms, published, error,
+                      duplicates, outcome_ms, outcome_seq)
+            ON CONFLICT (event_id, handler) DO UPDATE
+            SET queue = CASE WHEN {NEWER} THEN EXCLUDED.queue ELSE r.queue END,
+                result = CASE WHEN {NEWER} THEN EXCLUDED.result ELSE r.result END,
+                attempts = CASE WHEN {NEWER} THEN EXCLUDED.attempts ELSE r.attempts END,
+                duration_ms = CASE WHEN {NEWER} THEN EXCLUDED.duration_ms ELSE r.duration_ms END,
+                error = CASE WHEN {NEWER} THEN EXCLUDED.error ELSE r.error END,
+                outcome_ms = CASE WHEN {NEWER} THEN EXCLUDED.outcome_ms ELSE r.outcome_ms END,
+                outcome_seq = CASE WHEN {NEWER} THEN EXCLUDED.outcome_seq ELSE r.outcome_seq END,
+                published_ids = ARRAY(SELECT DISTINCT unnest(r.published_ids || EXCLUDED.published_ids) ORDER BY 1),
+                duplicates = r.duplicates + EXCLUDED.duplicates, updated_at = now()
+            "#;
+
+/// [`UPSERT_OUTCOMES`] as run.
+static UPSERT_OUTCOMES_SQL: LazyLock<String> =
+    LazyLock::new(|| UPSERT_OUTCOMES.replace("{NEWER}", NEWER_OUTCOME));
+
 /// Write one batch in one transaction (so a retry repeats all of it or none): outcomes as one
 /// upsert, duplicate counts of rows without an outcome in the batch as one update. Updates of the
-/// same (event, handler) are merged first (the latest outcome wins, published ids and duplicates
-/// add up).
-async fn write_updates(pool: &PgPool, batch: &[ReceiptUpdate]) -> Result<(), sqlx::Error> {
-    let mut merged: HashMap<(i64, String), (Option<Receipt>, i32)> = HashMap::new();
-    for update in batch.iter().cloned() {
+/// same (event, handler) are merged first (the outcome of the highest stream position wins;
+/// published ids and duplicates add up), and the upsert keeps a row's outcome when it holds a
+/// newer one than the batch: whatever order receipts arrive in, the latest recorded outcome
+/// stays.
+async fn write_updates(pool: &PgPool, batch: &[PositionedUpdate]) -> Result<(), sqlx::Error> {
+    type Merged = (Option<(Receipt, Option<StreamPosition>)>, i32);
+    let mut merged: HashMap<(i64, String), Merged> = HashMap::new();
+    for PositionedUpdate { update, position } in batch.iter().cloned() {
         match update {
-            ReceiptUpdate::Outcome(receipt) => {
+            ReceiptUpdate::Outcome(mut receipt) => {
                 let slot = merged
                     .entry((receipt.event_id, receipt.handler.clone()))
                     .or_default();
-                let mut receipt = receipt;
-                if let Some(previous) = slot.0.take() {
-                    receipt.published.extend(previous.published);
+                let mut position = position;
+                if let Some((previous, previous_position)) = slot.0.take() {
+                    if replaces(position, previous_position) {
+                        receipt.published.extend(previous.published);
+                    } else {
+                        let older = std::mem::replace(&mut receipt, previous);
+                        receipt.published.extend(older.published);
+                        position = previous_position;
+                    }
                 }
-                slot.0 = Some(receipt);
+                slot.0 = Some((receipt, position));
             }
             ReceiptUpdate::Duplicate { event_id, handler } => {
                 merged.entry((event_id, handler)).or_default().1 += 1
             }
         }
     }
-    let mut rows: Vec<(Receipt, i32)> = Vec::new();
+    let mut rows: Vec<(Receipt, Option<StreamPosition>, i32)> = Vec::new();
     let (mut dup_ids, mut dup_handlers, mut dup_counts) = (vec![], vec![], vec![]);
     for ((event_id, handler), (receipt, duplicates)) in merged {
         match receipt {
-            Some(receipt) => rows.push((receipt, duplicates)),
+            Some((receipt, position)) => rows.push((receipt, position, duplicates)),
             None => {
                 dup_ids.push(event_id);
                 dup_handlers.push(handler);
@@ -139,38 +582,49 @@ async fn write_updates(pool: &PgPool, batch: &[ReceiptUpdate]) -> Result<(), sql
     if !rows.is_empty() {
         let published: Vec<String> = rows
             .iter()
-            .map(|(r, _)| {
+            .map(|(r, _, _)| {
                 let ids: Vec<String> = r.published.iter().map(i64::to_string).collect();
                 format!("{{{}}}", ids.join(","))
             })
             .collect();
-        sqlx::query(
-            r#"
-            INSERT INTO outbox_receipt AS r
-                (event_id, handler, queue, result, attempts, duration_ms, published_ids, error, duplicates)
-            SELECT v.event_id, v.handler, v.queue, v.result, v.attempts, v.duration_ms,
-                   v.published::bigint[], v.error, v.duplicates
-            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
-                        $7::text[], $8::text[], $9::int[])
-                 AS v(event_id, handler, queue, result, attempts, duration_ms, published, error, duplicates)
-            ON CONFLICT (event_id, handler) DO UPDATE
-            SET result = EXCLUDED.result, attempts = EXCLUDED.attempts, duration_ms = EXCLUDED.duration_ms,
-                published_ids = ARRAY(SELECT DISTINCT unnest(r.published_ids || EXCLUDED.published_ids) ORDER BY 1),
-                error = EXCLUDED.error, queue = EXCLUDED.queue,
-                duplicates = r.duplicates + EXCLUDED.duplicates, updated_at = now()
-            "#,
-        )
-        .bind(rows.iter().map(|(r, _)| r.event_id).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.handler.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.queue.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.result).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.attempts).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(r, _)| r.duration_ms).collect::<Vec<_>>())
-        .bind(published)
-        .bind(rows.iter().map(|(r, _)| r.error.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(_, d)| *d).collect::<Vec<_>>())
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(&UPSERT_OUTCOMES_SQL)
+            .bind(rows.iter().map(|(r, _, _)| r.event_id).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|(r, _, _)| r.handler.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|(r, _, _)| r.queue.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows.iter().map(|(r, _, _)| r.result).collect::<Vec<_>>())
+            .bind(rows.iter().map(|(r, _, _)| r.attempts).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|(r, _, _)| r.duration_ms)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(published)
+            .bind(
+                rows.iter()
+                    .map(|(r, _, _)| r.error.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(rows.iter().map(|(_, _, d)| *d).collect::<Vec<_>>())
+            .bind(
+                rows.iter()
+                    .map(|(_, p, _)| p.map(|p| p.0))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                rows.iter()
+                    .map(|(_, p, _)| p.map(|p| p.1))
+                    .collect::<Vec<_>>(),
+            )
+            .execute(&mut *tx)
+            .await?;
     }
     if !dup_ids.is_empty() {
         sqlx::query(
@@ -189,51 +643,107 @@ async fn write_updates(pool: &PgPool, batch: &[ReceiptUpdate]) -> Result<(), sql
     tx.commit().await
 }
 
-impl Receivers {
-    /// Queue the receipt of a handled entry (`Duplicate`, `Busy` and `LostClaim` leave no
-    /// receipt: a lost claim's outcome was discarded, and the receipt is the new owner's).
-    #[allow(clippy::too_many_arguments)] // one row's columns; a struct would only rename them
-    pub(super) async fn record_receipt(
-        &self,
-        event_id: i64,
-        handler: &str,
-        queue: &str,
-        handled: &HandledAs,
-        attempts: u32,
-        duration: Duration,
-        published: &[i64],
-    ) {
-        let (result, error) = match handled {
-            HandledAs::Ok => ("ok", None),
-            HandledAs::Retry(e) => ("retry", Some(e.clone())),
-            HandledAs::Dead(e) => ("dead", Some(e.clone())),
-            HandledAs::Duplicate | HandledAs::Busy | HandledAs::LostClaim => return,
-        };
-        self.send_receipt(ReceiptUpdate::Outcome(Receipt {
-            event_id,
-            handler: handler.to_string(),
-            queue: queue.to_string(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(result: &'static str, attempts: i32, published: Vec<i64>) -> ReceiptUpdate {
+        ReceiptUpdate::Outcome(Receipt {
+            event_id: 42,
+            handler: "audit-log".into(),
+            queue: "outbox.audit".into(),
             result,
-            attempts: attempts as i32,
-            duration_ms: duration.as_secs_f64() * 1000.0,
-            published: published.to_vec(),
-            error,
-        }))
-        .await;
-    }
-
-    /// Count a duplicate delivery on the receipt of (event, handler).
-    pub(super) async fn record_duplicate(&self, event_id: i64, handler: &str) {
-        self.send_receipt(ReceiptUpdate::Duplicate {
-            event_id,
-            handler: handler.to_string(),
+            attempts,
+            duration_ms: 1.5,
+            published,
+            error: (result != "ok").then(|| format!("{result} on attempt {attempts}")),
         })
-        .await;
     }
 
-    async fn send_receipt(&self, update: ReceiptUpdate) {
-        if self.receipts.send(update).await.is_err() {
-            tracing::warn!("the receipt writer stopped; a receipt was not recorded");
+    #[test]
+    fn a_receipt_survives_the_stream_encoding() {
+        for update in [
+            outcome("ok", 1, vec![]),
+            outcome("retry", 2, vec![7, 8]),
+            outcome("dead", 3, vec![9]),
+            ReceiptUpdate::Duplicate {
+                event_id: -5,
+                handler: "h:with:colons".into(),
+            },
+        ] {
+            assert_eq!(ReceiptUpdate::decode(&update.encode()), Ok(update));
         }
+        let forged = r#"{"k":"outcome","e":1,"h":"x","q":"q","r":"maybe","a":1,"d":0.0}"#;
+        assert!(ReceiptUpdate::decode(forged).unwrap_err().contains("maybe"));
+        assert!(ReceiptUpdate::decode("not json").is_err());
+    }
+
+    #[test]
+    fn stream_positions_order_as_redis_orders_entry_ids() {
+        assert_eq!(
+            stream_position("1700000000000-3"),
+            Some((1_700_000_000_000, 3))
+        );
+        assert_eq!(stream_position("12"), None);
+        assert_eq!(stream_position("a-1"), None);
+        assert!(replaces(Some((10, 0)), Some((9, 99))));
+        assert!(
+            replaces(Some((10, 2)), Some((10, 2))),
+            "the same entry again"
+        );
+        assert!(!replaces(Some((10, 1)), Some((10, 2))));
+        assert!(replaces(None, Some((10, 2))), "no position: the latest");
+    }
+
+    async fn row(pool: &PgPool) -> (String, i32, Vec<i64>, i32) {
+        sqlx::query_as(
+            "SELECT result, attempts, published_ids, duplicates FROM outbox_receipt \
+             WHERE event_id = 42 AND handler = 'audit-log'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    }
+
+    fn at(update: ReceiptUpdate, ms: i64) -> PositionedUpdate {
+        PositionedUpdate {
+            update,
+            position: Some((ms, 0)),
+        }
+    }
+
+    /// A receipt adopted late from a dead writer, or written again after a writer died between
+    /// writing and deleting it, never overwrites the newer outcome; its published ids still
+    /// count.
+    #[sqlx::test(migrations = "../migrations")]
+    async fn a_receipt_written_late_or_twice_never_overwrites_a_newer_outcome(pool: PgPool) {
+        write_updates(&pool, &[at(outcome("ok", 2, vec![11]), 200)])
+            .await
+            .unwrap();
+        write_updates(&pool, &[at(outcome("retry", 1, vec![10]), 100)])
+            .await
+            .unwrap();
+        assert_eq!(row(&pool).await, ("ok".into(), 2, vec![10, 11], 0));
+        write_updates(&pool, &[at(outcome("ok", 2, vec![11]), 200)])
+            .await
+            .unwrap();
+        assert_eq!(row(&pool).await, ("ok".into(), 2, vec![10, 11], 0));
+        // Within one batch too, whatever the order.
+        write_updates(
+            &pool,
+            &[
+                at(outcome("dead", 1, vec![]), 400),
+                at(outcome("retry", 3, vec![12]), 300),
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(row(&pool).await, ("dead".into(), 1, vec![10, 11, 12], 0));
+        // A replayed dead letter runs again as attempt 1: the newer outcome wins, not the
+        // higher attempt.
+        write_updates(&pool, &[at(outcome("ok", 1, vec![]), 500)])
+            .await
+            .unwrap();
+        assert_eq!(row(&pool).await.0, "ok");
     }
 }

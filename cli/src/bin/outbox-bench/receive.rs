@@ -310,7 +310,9 @@ async fn redis_bookkeeping_cost(
             .claim_entry(BOOKKEEPING_HANDLER, event_id)
             .await?
             .with_context(|| format!("event {event_id} already claimed"))?;
-        let settled = receivers.finish_ok(BENCH_QUEUE, &claim, "0-1").await?;
+        let settled = receivers
+            .finish_ok(BENCH_QUEUE, &claim, "0-1", None)
+            .await?;
         anyhow::ensure!(
             settled == Settled::Recorded,
             "event {event_id}: the claim was lost"
