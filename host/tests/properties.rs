@@ -1509,3 +1509,23 @@ fn the_independent_rules_agree_with_the_documented_examples() {
         assert!(!is_queue_name(bad), "{bad}");
     }
 }
+
+/// Found by `queue_entry_from_flat_never_panics`: the retry of an entry whose `handler_attempt`
+/// is `u32::MAX` computed `attempt + 1` unchecked (a panic in debug builds, attempt 0 in
+/// release). A receiver retries such an entry when `OUTBOX_HANDLER_MAX_RETRIES` is `u32::MAX`.
+#[test]
+fn retry_of_an_entry_at_the_largest_attempt_does_not_overflow() {
+    let flat = [
+        "event_id",
+        "event_id",
+        "0",
+        "event_id",
+        "handler_attempt",
+        "4294967295",
+    ]
+    .map(String::from);
+    let entry = QueueEntry::from_flat("", &flat);
+    assert_eq!(entry.handler_attempt(), u32::MAX);
+    let retried = QueueEntry::from_flat("2-0", &entry.retry_fields(entry.handler_attempt(), ""));
+    assert_eq!(retried.handler_attempt(), u32::MAX);
+}
