@@ -1529,3 +1529,33 @@ fn retry_of_an_entry_at_the_largest_attempt_does_not_overflow() {
     let retried = QueueEntry::from_flat("2-0", &entry.retry_fields(entry.handler_attempt(), ""));
     assert_eq!(retried.handler_attempt(), u32::MAX);
 }
+
+/// Found by `routes_toml_near_valid_accepted_files_meet_the_rules` (and, as `".search.index."`,
+/// by the edited default file): a routing prefix with an empty first segment was accepted,
+/// though no event type starts with a dot, so its rule could never match.
+#[test]
+fn a_prefix_with_an_empty_first_segment_is_refused() {
+    let text = "# generated\n[settings]\n\n[routes]\n\".\" = \"a\"\n[router]\n[router.overrides]\n[queue_groups]\n[handlers]\n[policy]\n";
+    let err = RoutesFile::parse(text, Path::new("routes.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[routes] \".\": empty first segment"), "{err}");
+    for prefix in [".search.index.", ".a"] {
+        for section in ["routes", "router.overrides"] {
+            let value = if section == "routes" {
+                "\"a\""
+            } else {
+                "\"native\""
+            };
+            let text = format!("[{section}]\n{} = {value}\n", toml_string(prefix));
+            let err = RoutesFile::parse(&text, Path::new("routes.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("empty first segment"), "{err}");
+        }
+    }
+    for prefix in ["*.", "*", "a.", "*.a"] {
+        let text = format!("[routes]\n{} = \"a\"\n", toml_string(prefix));
+        RoutesFile::parse(&text, Path::new("routes.toml")).unwrap();
+    }
+}

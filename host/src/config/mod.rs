@@ -456,6 +456,12 @@ pub fn validate_prefix(prefix: &str) -> Result<(), String> {
     if body.contains("..") {
         return Err("empty segment ('..')".into());
     }
+    if !prefix.starts_with('*') && body.starts_with('.') {
+        return Err(
+            "empty first segment (no event type starts with '.'; a prefix starts with a segment or '*', as in 'mail.' or '*.deleted')"
+                .into(),
+        );
+    }
     Ok(())
 }
 
