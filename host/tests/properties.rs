@@ -1559,3 +1559,27 @@ fn a_prefix_with_an_empty_first_segment_is_refused() {
         RoutesFile::parse(&text, Path::new("routes.toml")).unwrap();
     }
 }
+
+/// Found by `routes_toml_near_valid_accepted_files_meet_the_rules`: a route to 33 queues was
+/// accepted, though the dispatcher refuses any routing answer naming more than 32 queues, so
+/// every event of that prefix failed routing and was retried until it gave up.
+#[test]
+fn a_route_to_more_queues_than_one_event_may_go_to_is_refused() {
+    let route = |n: usize| {
+        let queues: Vec<String> = (0..n).map(|i| format!("outbox.q{i}")).collect();
+        format!(
+            "# generated\n[settings]\n\n[routes]\n\"a.\" = {}\n[router]\n[router.overrides]\n[queue_groups]\n[handlers]\n[policy]\n",
+            toml_array(&queues)
+        )
+    };
+    let err = RoutesFile::parse(&route(33), Path::new("routes.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[routes] \"a.\": 33 queues, more than the 32 one event may go to"),
+        "{err}"
+    );
+    let file = RoutesFile::parse(&route(32), Path::new("routes.toml")).unwrap();
+    let decision = file.route_table().route("a.b");
+    assert_eq!(decision.clone().checked("native-table"), decision);
+}
