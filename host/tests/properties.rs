@@ -6,10 +6,11 @@
 //! structured near-valid input built to land on both sides of every rule (random tables, keys,
 //! queue names, prefixes, plugin names, numbers out of range), and proves that:
 //!
-//! - no check panics, whatever it is given (huge, empty, unicode, control characters);
+//! - no check panics, whatever it is given (huge, empty, unicode, control characters, deep
+//!   nesting);
 //! - whatever a check accepts meets the documented rule, written again below as a plain
-//!   character-by-character checker (no regex, no call into the host), and what it refuses
-//!   breaks that rule;
+//!   character-by-character checker (no regex, no call into the host); for event types, keys,
+//!   `validate` and router answers the verdict is exactly the rule's, refusals included;
 //! - a valid input generated from the rule is accepted, and keeps every value it was given;
 //! - a queue entry written by the sink reads back with every field it carries.
 //!
@@ -1133,6 +1134,22 @@ proptest! {
         "[\\[\\]\"'=.,{}a-z0-9_ \n#*:-]{0,200}",
         huge_string(),
     ]) {
+        check_routes_toml(&text)?;
+    }
+
+    /// 1. Nesting of any depth (arrays, inline tables, dotted keys, table headers) is refused
+    /// or accepted, never a crash: a stack overflow would abort the host on a reload.
+    #[test]
+    fn routes_toml_deep_nesting_never_crashes(depth in 0usize..20_000, kind in 0u8..5) {
+        let path = vec!["a"; depth.max(1)].join(".");
+        let nested = match kind {
+            0 => format!("config = {}1{}", "[".repeat(depth), "]".repeat(depth)),
+            1 => format!("config = {}1{}", "{ a = ".repeat(depth), "}".repeat(depth)),
+            2 => format!("config.{path} = 1"),
+            3 => format!("[plugins.p.config.{path}]"),
+            _ => format!("[{path}]"),
+        };
+        let text = format!("[policy]\nplugin = \"deny-all\"\n[plugins.p]\n{nested}\n");
         check_routes_toml(&text)?;
     }
 
