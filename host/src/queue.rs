@@ -347,9 +347,10 @@ impl QueueEntry {
     }
 
     /// The fields, flat, of this entry's next delivery after a failed `attempt` (what goes into
-    /// the retry set): `handler_attempt = attempt + 1`, the error, and a nonce.
+    /// the retry set): `handler_attempt = attempt + 1` (at most `u32::MAX`), the error, and a
+    /// nonce.
     pub fn retry_fields(&self, attempt: u32, last_error: &str) -> Vec<String> {
-        let mut flat = self.with_attempt(attempt + 1);
+        let mut flat = self.with_attempt(attempt.saturating_add(1));
         flat.push(field::LAST_ERROR.into());
         flat.push(last_error.to_string());
         flat.push(field::RETRY_NONCE.into());

@@ -340,6 +340,13 @@ impl RoutesFile {
             if queues.is_empty() {
                 return Err(invalid(format!("[routes] \"{prefix}\": no queue given")));
             }
+            let max = crate::routing::MAX_QUEUES_PER_EVENT;
+            if queues.len() > max {
+                return Err(invalid(format!(
+                    "[routes] \"{prefix}\": {} queues, more than the {max} one event may go to",
+                    queues.len()
+                )));
+            }
             for q in &queues {
                 validate_queue_name(q)
                     .map_err(|m| invalid(format!("[routes] \"{prefix}\": queue '{q}': {m}")))?;
@@ -455,6 +462,12 @@ pub fn validate_prefix(prefix: &str) -> Result<(), String> {
     }
     if body.contains("..") {
         return Err("empty segment ('..')".into());
+    }
+    if !prefix.starts_with('*') && body.starts_with('.') {
+        return Err(
+            "empty first segment (no event type starts with '.'; a prefix starts with a segment or '*', as in 'mail.' or '*.deleted')"
+                .into(),
+        );
     }
     Ok(())
 }
