@@ -375,6 +375,10 @@ general = ["{queue}"]
 /// The queue of the lost-reply test (its own, so its runs never count in [`RECEIVER_QUEUE`]'s).
 const LOST_READ_QUEUE: &str = "outbox.recvlost";
 
+/// The queue of the refused-Redis test (its own, so its runs never count in
+/// [`RECEIVER_QUEUE`]'s).
+const REFUSED_QUEUE: &str = "outbox.recvrefused";
+
 /// How soon after the last fault every entry must be handled: far below the receiver lease
 /// (60 s), generous for a busy machine.
 const HANDLED_WITHIN: Duration = Duration::from_secs(15);
@@ -686,14 +690,14 @@ async fn receivers_resume_within_seconds_after_redis_refused_connections_not_min
     receiver_settings.redis_url = proxy.redis_url();
     let fixture = PluginFixture::new(
         &["capability-policy", "test/echo-handler"],
-        &receiver_routes(RECEIVER_QUEUE),
+        &receiver_routes(REFUSED_QUEUE),
     );
     let shutdown = CancellationToken::new();
     let (live, consumer) = start_receiver(
         &env,
         &fixture,
         &receiver_settings,
-        RECEIVER_QUEUE,
+        REFUSED_QUEUE,
         "refused-c1",
         &shutdown,
     )
@@ -705,8 +709,8 @@ async fn receivers_resume_within_seconds_after_redis_refused_connections_not_min
         live.router.clone(),
         "refused-d",
     );
-    env.insert_many("outbox.recvblip.before", 50).await;
-    all_handled_once(&env, RECEIVER_QUEUE, 50, Instant::now()).await;
+    env.insert_many("outbox.recvrefused.before", 50).await;
+    all_handled_once(&env, REFUSED_QUEUE, 50, Instant::now()).await;
 
     // Longer than the receiver's housekeeping period (5 s at most): a step on the shared
     // connection fails and tries to reconnect while Redis refuses.
@@ -714,8 +718,8 @@ async fn receivers_resume_within_seconds_after_redis_refused_connections_not_min
     tokio::time::sleep(Duration::from_secs(7)).await;
     proxy.restore().await;
     let back = Instant::now();
-    env.insert_many("outbox.recvblip.after", 50).await;
-    let took = all_handled_once(&env, RECEIVER_QUEUE, 100, back).await;
+    env.insert_many("outbox.recvrefused.after", 50).await;
+    let took = all_handled_once(&env, REFUSED_QUEUE, 100, back).await;
     eprintln!("handled 50 entries {took:?} after Redis answered again");
     shutdown.cancel();
     stop_dispatch.cancel();
