@@ -227,6 +227,9 @@ enum RoutesCommand {
     Which {
         /// Event type.
         event_type: String,
+        /// One JSON object (event_type, queues, decided_by, decider, no_route, error).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -383,7 +386,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     routes.plugins.len()
                 );
             }
-            RoutesCommand::Which { event_type } => {
+            RoutesCommand::Which { event_type, json } => {
                 publish::validate_event_type(&event_type)?;
                 let config = load_config(&cli.config)?;
                 let live = outbox_host::live_config::LiveConfig::start(&config).await?;
@@ -391,7 +394,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let explanation =
                     blocking(move || Ok(ops::explain_route(router.as_ref().as_ref(), &event_type)))
                         .await?;
-                println!("{explanation}");
+                if json {
+                    println!("{}", serde_json::to_string(&explanation)?);
+                } else {
+                    println!("{explanation}");
+                }
             }
         },
         Command::Config => {

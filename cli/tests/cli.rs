@@ -745,6 +745,46 @@ fn cli_routes_which_names_the_router_plugin_that_decides() {
         nope.starts_with("nope.x: no route") && nope.ends_with("(router plugin \"prefix-router\")"),
         "{nope}"
     );
+
+    // `--json` carries the same answer as the text line, field by field.
+    let which_json = |event_type: &str| {
+        let out = outbox_with_routes(
+            "postgres://unused",
+            &routes,
+            "unused:",
+            &["routes", "which", event_type, "--json"],
+        );
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).unwrap()
+    };
+    assert_eq!(
+        which_json("special.created"),
+        serde_json::json!({
+            "event_type": "special.created",
+            "queues": ["outbox.webhook"],
+            "decided_by": "router",
+            "decider": "special-router",
+            "no_route": null,
+            "error": null,
+        })
+    );
+    assert_eq!(
+        which_json("legacy.thing"),
+        serde_json::json!({
+            "event_type": "legacy.thing",
+            "queues": ["outbox.audit"],
+            "decided_by": "rule",
+            "decider": "legacy.",
+            "no_route": null,
+            "error": null,
+        })
+    );
+    let nope_json = which_json("nope.x");
+    assert_eq!(nope_json["queues"], serde_json::json!([]));
+    assert_eq!(nope_json["decided_by"], "router");
+    let reason = nope_json["no_route"].as_str().unwrap();
+    assert!(nope.contains(reason), "{nope} / {reason}");
     std::fs::remove_file(&routes).ok();
 }
 

@@ -64,27 +64,64 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where one event type goes, for `outbox routes which` (the text line and `--json` are made
+/// from this one value, so they always agree).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RouteExplanation {
+    /// The event type asked about.
+    pub event_type: String,
+    /// The queues it goes to (empty when it has no route or routing failed).
+    pub queues: Vec<String>,
+    /// What decided: `rule` (a `[routes]` prefix), `router` (a router plugin) or `none`.
+    pub decided_by: &'static str,
+    /// The rule's prefix, or the router plugin's name (`None` when nothing decided).
+    pub decider: Option<String>,
+    /// Why it has no route (`None` when it has one).
+    pub no_route: Option<String>,
+    /// The router's error (`None` unless routing failed).
+    pub error: Option<String>,
+}
+
+impl std::fmt::Display for RouteExplanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let event_type = &self.event_type;
+        match (&self.no_route, &self.error) {
+            (_, Some(message)) => write!(f, "{event_type}: routing failed: {message}")?,
+            (Some(reason), None) => write!(f, "{event_type}: {reason}")?,
+            (None, None) => write!(f, "{event_type} -> {}", self.queues.join(", "))?,
+        }
+        match (self.decided_by, &self.decider) {
+            ("rule", Some(prefix)) => write!(f, " (rule \"{prefix}\")"),
+            ("router", Some(name)) => write!(f, " (router plugin \"{name}\")"),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Explain where `event_type` goes under `router` (built by
 /// [`build_router`](outbox_host::routing::build_router)): the queues and the table rule that picked
 /// them, or, for a router plugin, the plugin and what it answered for an event of that type with
 /// an empty payload.
-pub fn explain_route(router: &dyn Router, event_type: &str) -> String {
+pub fn explain_route(router: &dyn Router, event_type: &str) -> RouteExplanation {
     let event = ClaimedEvent::unclaimed(0, event_type, "{}");
     let decision = route_one(router, &event);
-    let by = match router.decider(event_type) {
-        RouteDecider::Rule(rule) => format!("rule \"{}\"", rule.prefix),
-        RouteDecider::NoRule => String::new(),
-        RouteDecider::Router(name) => format!("router plugin \"{name}\""),
+    let (decided_by, decider) = match router.decider(event_type) {
+        RouteDecider::Rule(rule) => ("rule", Some(rule.prefix.clone())),
+        RouteDecider::NoRule => ("none", None),
+        RouteDecider::Router(name) => ("router", Some(name.to_string())),
     };
-    let outcome = match decision {
-        RouteDecision::Queues(queues) => format!("{event_type} -> {}", queues.join(", ")),
-        RouteDecision::NoRoute(reason) => format!("{event_type}: {reason}"),
-        RouteDecision::Error(message) => format!("{event_type}: routing failed: {message}"),
+    let (queues, no_route, error) = match decision {
+        RouteDecision::Queues(queues) => (queues, None, None),
+        RouteDecision::NoRoute(reason) => (vec![], Some(reason), None),
+        RouteDecision::Error(message) => (vec![], None, Some(message)),
     };
-    if by.is_empty() {
-        outcome
-    } else {
-        format!("{outcome} ({by})")
+    RouteExplanation {
+        event_type: event_type.to_string(),
+        queues,
+        decided_by,
+        decider,
+        no_route,
+        error,
     }
 }
 
