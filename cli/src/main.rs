@@ -10,6 +10,8 @@ use outbox_host::plugin::World;
 use outbox_host::{publish, store, Host, NewEvent};
 use tokio_util::sync::CancellationToken;
 
+#[macro_use]
+mod output;
 mod ops;
 
 /// Transactional outbox host: moves committed events from PostgreSQL to Redis queues.
@@ -265,7 +267,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = load_config(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
-            println!("migrations applied");
+            out!("migrations applied");
         }
         Command::Run {
             queue_group,
@@ -313,9 +315,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 outbox_host::host::default_worker_id(),
             );
             let report = dispatcher.drain().await?;
-            println!(
+            out!(
                 "drained: {} claimed, {} done, {} retried later, {} failed",
-                report.claimed, report.done, report.retried, report.failed
+                report.claimed,
+                report.done,
+                report.retried,
+                report.failed
             );
             if report.redis_unavailable {
                 anyhow::bail!(
@@ -360,7 +365,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let id = publish::publish_with_limit(&mut tx, event, config.settings.max_payload_bytes)
                 .await?;
             tx.commit().await?;
-            println!("{id}");
+            out!("{id}");
         }
         Command::Demo => ops::run_demo(load_config(&cli.config)?).await?,
         Command::Stats { json } => {
@@ -378,7 +383,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 routes
                     .check_receiver_lease(settings.receiver_lease)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                println!(
+                out!(
                     "{}: ok ({} routes, {} queue groups, {} plugins)",
                     path.display(),
                     routes.routes.len(),
@@ -395,15 +400,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     blocking(move || Ok(ops::explain_route(router.as_ref().as_ref(), &event_type)))
                         .await?;
                 if json {
-                    println!("{}", serde_json::to_string(&explanation)?);
+                    out!("{}", serde_json::to_string(&explanation)?);
                 } else {
-                    println!("{explanation}");
+                    out!("{explanation}");
                 }
             }
         },
         Command::Config => {
             let config = load_config(&cli.config)?;
-            println!(
+            out!(
                 "# routes file: {}",
                 config
                     .path
@@ -411,7 +416,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| "<built-in>".into())
             );
-            println!("{}", ops::describe_settings(&config));
+            out!("{}", ops::describe_settings(&config));
         }
         Command::Plugins { command } => run_plugins(command, &cli.config).await?,
         Command::DeadLetter { command } => {
@@ -448,7 +453,7 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
             ops::print_plugins(&load_config(config_path)?, json).await?;
         }
         PluginsCommand::Check { file } => {
-            println!("{}", blocking(move || ops::check_plugin_file(&file)).await?);
+            out!("{}", blocking(move || ops::check_plugin_file(&file)).await?);
         }
         PluginsCommand::Call {
             file,
@@ -469,7 +474,7 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
                 config: plugin_config.as_deref().map(read_payload_arg).transpose()?,
                 queue,
             };
-            println!(
+            out!(
                 "{}",
                 blocking(move || ops::call_plugin_file(&config, &file, &input)).await?
             );
@@ -477,7 +482,7 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
         PluginsCommand::New { name, world, dir } => {
             let parent = dir.unwrap_or_else(|| PathBuf::from("."));
             let (_, next) = ops::scaffold_plugin(&name, world.into(), &parent)?;
-            println!("{next}");
+            out!("{next}");
         }
     }
     Ok(())

@@ -73,7 +73,7 @@ pub async fn dead_letters(
         }
     }
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::json!({
                 "action": format!("{action:?}").to_lowercase(),
@@ -85,7 +85,7 @@ pub async fn dead_letters(
         return Ok(());
     }
     if letters.is_empty() {
-        println!("no dead letters in {}", queues.join(", "));
+        out!("no dead letters in {}", queues.join(", "));
         return Ok(());
     }
     let mut t = Table::new();
@@ -109,10 +109,10 @@ pub async fn dead_letters(
             Cell::new(&l.error),
         ]);
     }
-    println!("{t}");
+    out!("{t}");
     match (action, dry_run) {
         (DeadLetterAction::List, _) => {}
-        (_, true) => println!(
+        (_, true) => out!(
             "dry run: {} entries would be {}",
             letters.len(),
             if action == DeadLetterAction::Replay {
@@ -121,7 +121,7 @@ pub async fn dead_letters(
                 "dropped"
             }
         ),
-        (_, false) => println!(
+        (_, false) => out!(
             "{} entries {}",
             done.len(),
             if action == DeadLetterAction::Replay {

@@ -55,7 +55,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     settings.redis_prefix = DEMO_REDIS_PREFIX.to_string();
     settings.dispatch_interval = Duration::from_millis(200);
     settings.http_addr = String::new();
-    println!(
+    out!(
         "demo: PostgreSQL {} (database {DEMO_DATABASE}, emptied), Redis {} (keys under '{DEMO_REDIS_PREFIX}', cleared)",
         store::redact(&settings.database_url),
         store::redact(&settings.redis_url)
@@ -91,7 +91,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         spec.config = Some(toml::from_str(DEMO_WORKFLOWS)?);
     }
     let table = config.routes.route_table();
-    println!("demo: routing table (plus the demo's fan-out rule \"order.\"):\n{table}");
+    out!("demo: routing table (plus the demo's fan-out rule \"order.\"):\n{table}");
 
     // Publish in application-style transactions of 25 events; one transaction rolls back.
     let mut published = 0usize;
@@ -138,7 +138,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     .await?;
     tx.commit().await?;
     published += 1;
-    println!("demo: published {published} events in transactions of 25 (the last one a workflow trigger); 10 more were rolled back and never appear");
+    out!("demo: published {published} events in transactions of 25 (the last one a workflow trigger); 10 more were rolled back and never appear");
 
     let host = outbox_host::Host::builder()
         .config(config.clone())
@@ -146,7 +146,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         .worker_id("outbox-demo")
         .start()
         .await?;
-    println!(
+    out!(
         "demo: routing through {} (plugins from {})",
         match host.router().current().name() {
             "native-table" =>
@@ -229,9 +229,9 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         Cell::new(jobs),
         Cell::new("workflow.executor.job (published by the workflow-trigger handler)"),
     ]);
-    println!("{t}");
+    out!("{t}");
     let counts = store::status_counts(&pool).await?;
-    println!(
+    out!(
         "events: {} done, {} failed, {} pending; fan-out deliveries recorded: {}",
         counts.done,
         counts.failed,
@@ -250,7 +250,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
                 Cell::new(f.last_error.unwrap_or_default()),
             ]);
         }
-        println!("{t}");
+        out!("{t}");
     }
     if workflows_on {
         let receipts = store::receipts(&pool).await?;
@@ -275,7 +275,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
                 Cell::new(format!("{:.1}", r.duration_ms)),
             ]);
         }
-        println!("receiver: the workflow trigger (event {trigger}) fanned out to the 2 enabled workflows (the disabled one was skipped):\n{t}");
+        out!("receiver: the workflow trigger (event {trigger}) fanned out to the 2 enabled workflows (the disabled one was skipped):\n{t}");
     }
     let sample: Vec<redis::streams::StreamRangeReply> = vec![
         conn.xrange_count(keys.stream("outbox.mail"), "-", "+", 1)
@@ -286,12 +286,12 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
             .fields
             .into_iter()
             .collect();
-        println!(
+        out!(
             "first entry of outbox.mail ({}): {}",
             entry.id,
             serde_json::to_string(&fields)?
         );
     }
-    println!("demo finished in {:.1} s", started.elapsed().as_secs_f64());
+    out!("demo finished in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }

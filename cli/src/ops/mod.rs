@@ -14,4 +14,4 @@ mod stats;
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use plugins::*;
-pub use stats::{describe_settings, explain_route, print_stats, RouteExplanation};
+pub use stats::{describe_settings, explain_route, print_stats};

@@ -14,7 +14,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
     let workers = store::recent_workers(pool, 20).await?;
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::json!({
                 "status": counts,
@@ -38,7 +38,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     ] {
         table.add_row(vec![Cell::new(name), Cell::new(n)]);
     }
-    println!("{table}");
+    out!("{table}");
     if !failed_by_type.is_empty() {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED)
@@ -46,7 +46,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         for f in failed_by_type {
             t.add_row(vec![Cell::new(f.event_type), Cell::new(f.count)]);
         }
-        println!("{t}");
+        out!("{t}");
     }
     if !workers.is_empty() {
         let mut t = Table::new();
@@ -59,7 +59,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
                 Cell::new(format!("{:.0} s ago", w.last_seen_seconds_ago)),
             ]);
         }
-        println!("{t}");
+        out!("{t}");
     }
     Ok(())
 }

@@ -75,15 +75,15 @@ pub async fn print_plugins(config: &Config, json: bool) -> anyhow::Result<()> {
         dir.display()
     );
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::json!({"source": "declared", "note": note, "plugins": declared})
         );
         return Ok(());
     }
-    println!("{note}");
+    out!("{note}");
     if declared.is_empty() {
-        println!("(no [plugins] declared)");
+        out!("(no [plugins] declared)");
         return Ok(());
     }
     let mut t = Table::new();
@@ -99,10 +99,10 @@ pub async fn print_plugins(config: &Config, json: bool) -> anyhow::Result<()> {
             Cell::new("not running"),
         ]);
     }
-    println!("{t}");
+    out!("{t}");
     for p in &declared {
         if let Some(e) = &p.error {
-            println!("{}: cannot load: {e}", p.name);
+            out!("{}: cannot load: {e}", p.name);
         }
     }
     Ok(())
@@ -110,7 +110,7 @@ pub async fn print_plugins(config: &Config, json: bool) -> anyhow::Result<()> {
 
 fn print_live_plugins(workers: &[LivePluginWorker], json: bool) -> anyhow::Result<()> {
     if json {
-        println!(
+        out!(
             "{}",
             serde_json::json!({"source": "live", "workers": workers})
         );
@@ -146,7 +146,7 @@ fn print_live_plugins(workers: &[LivePluginWorker], json: bool) -> anyhow::Resul
             ]);
         }
     }
-    println!("{t}");
+    out!("{t}");
     Ok(())
 }
 
