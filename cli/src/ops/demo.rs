@@ -170,7 +170,13 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         let c = store::status_counts(&pool).await?;
         bar.set_position(((c.done + c.failed) as u64).min(published as u64));
         let jobs: u64 = conn.xlen(&executor_stream).await?;
-        if c.pending == 0 && c.processing == 0 && (!workflows_on || jobs >= 2) {
+        // The handler's receipt reaches the table shortly after its outcome (through the
+        // receipts stream): wait for it too, so the table below shows it.
+        let handled = !workflows_on
+            || (jobs >= 2
+                && conn.xlen::<_, u64>(keys.receipts_stream()).await? == 0
+                && !store::receipts(&pool).await?.is_empty());
+        if c.pending == 0 && c.processing == 0 && handled {
             break;
         }
         if Instant::now() > deadline {
