@@ -117,12 +117,14 @@ async fn terminated_postgres_backends_mid_batch_cost_no_attempt_and_no_lease_wai
     let recorded_before = infra_retries("postgres", "record");
 
     // Events keep arriving while the host's backends are terminated, over and over, until one
-    // cut demonstrably hit a batch's outcome write (at most 60 cuts).
+    // cut demonstrably hit a batch's outcome write (at most 150 cuts). The wait before each cut
+    // varies, so the cuts land at different points of a batch however fast this machine is
+    // (a fixed 40 ms missed every outcome write for 60 cuts once, on a loaded machine).
     let (mut total, mut cuts, mut terminated) = (0, 0, 0);
-    while cuts < 60 && (cuts < 15 || infra_retries("postgres", "record") <= recorded_before) {
-        env.insert_many("mail.blip", 300).await;
-        total += 300;
-        tokio::time::sleep(Duration::from_millis(40)).await;
+    while cuts < 150 && (cuts < 15 || infra_retries("postgres", "record") <= recorded_before) {
+        env.insert_many("mail.blip", 200).await;
+        total += 200;
+        tokio::time::sleep(Duration::from_millis(10 + (cuts % 7) * 12)).await;
         terminated += pg.terminate().await;
         cuts += 1;
     }
