@@ -24,11 +24,11 @@ use redis::streams::{
 };
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::fault;
 use crate::queue::{QueueKeys, CONSUMER_GROUP};
-use crate::reconnect::{probe_delay, redis_reader_config, retry_blips};
+use crate::reconnect::{redis_reader_config, retry_blips, Backoff};
 
 /// One handler outcome for `outbox_receipt`.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,10 +220,10 @@ const READ_BLOCK: Duration = Duration::from_millis(1000);
 const FINAL_WRITE_FOR: Duration = Duration::from_secs(5);
 
 /// Keeps the receipt writer running while any clone lives; the writer writes what is left and
-/// stops once every clone is dropped.
-#[derive(Debug, Clone)]
+/// stops once every clone is dropped (the last one cancels its token).
+#[derive(Clone)]
 pub(super) struct ReceiptWriterHandle {
-    _alive: mpsc::Sender<()>,
+    _alive: std::sync::Arc<DropGuard>,
 }
 
 /// Start the receipt writer of a process's receivers: it reads the receipts stream as consumer
@@ -235,7 +235,7 @@ pub(super) fn spawn_receipt_writer(
     consumer: String,
     lease: Duration,
 ) -> ReceiptWriterHandle {
-    let (alive, gone) = mpsc::channel(1);
+    let gone = CancellationToken::new();
     let writer = ReceiptWriter {
         pool,
         client,
@@ -243,6 +243,7 @@ pub(super) fn spawn_receipt_writer(
         consumer,
         lease,
     };
+    let alive = std::sync::Arc::new(gone.clone().drop_guard());
     tokio::spawn(writer.run(gone));
     ReceiptWriterHandle { _alive: alive }
 }
@@ -266,14 +267,20 @@ enum ReadFrom {
 }
 
 impl ReceiptWriter {
-    async fn run(self, mut gone: mpsc::Receiver<()>) {
+    async fn run(self, gone: CancellationToken) {
         let mut conn: Option<MultiplexedConnection> = None;
-        // Consecutive failures: each waits a probe delay (about a second), as a blip does.
-        let mut failures: u32 = 0;
+        // Failures wait a probe delay (at most a second), as a blip does, and are logged at most
+        // every 30 s.
+        let mut backoff = Backoff::new();
         let mut from = ReadFrom::OwnPending;
         let mut adopted_at = Instant::now();
         let mut closing: Option<Instant> = None;
         loop {
+            if gone.is_cancelled() && closing.is_none() {
+                // Every receiver is gone: write what is in the stream, then stop.
+                closing = Some(Instant::now());
+                from = ReadFrom::OwnPending;
+            }
             if closing.is_some_and(|since| since.elapsed() > FINAL_WRITE_FOR) {
                 break;
             }
@@ -285,9 +292,11 @@ impl ReceiptWriter {
                         if closing.is_some() {
                             break;
                         }
-                        tracing::warn!(error = %e, "receipt writer cannot reach Redis; retrying");
-                        failures = failures.saturating_add(1);
-                        tokio::time::sleep(probe_delay(failures)).await;
+                        backoff
+                            .blipped(&gone, |retry_in| {
+                                tracing::warn!(error = %e, ?retry_in, "receipt writer cannot reach Redis; retrying")
+                            })
+                            .await;
                         continue;
                     }
                 },
@@ -303,7 +312,7 @@ impl ReceiptWriter {
                 };
                 tokio::select! {
                     r = self.read(connection, from, block) => r,
-                    _ = gone.recv(), if closing.is_none() => {
+                    _ = gone.cancelled(), if closing.is_none() => {
                         // Every receiver is gone: write what is in the stream, then stop. The
                         // cut read's entries (if any) are this consumer's pending entries now.
                         closing = Some(Instant::now());
@@ -320,9 +329,11 @@ impl ReceiptWriter {
                     if closing.is_some() {
                         break;
                     }
-                    tracing::warn!(error = %e, "receipt writer cannot read the receipts stream; retrying");
-                    failures = failures.saturating_add(1);
-                    tokio::time::sleep(probe_delay(failures)).await;
+                    backoff
+                        .blipped(&gone, |retry_in| {
+                            tracing::warn!(error = %e, ?retry_in, "receipt writer cannot read the receipts stream; retrying")
+                        })
+                        .await;
                     continue;
                 }
             };
@@ -335,16 +346,21 @@ impl ReceiptWriter {
                 continue;
             }
             match self.write(connection, &entries).await {
-                Ok(()) => failures = 0,
+                Ok(()) => {
+                    backoff.succeeded();
+                }
                 Err(e) => {
                     // Left pending: read again from this consumer's pending entries.
-                    tracing::warn!(error = %e, receipts = entries.len(), "could not record receipts; they stay in the receipts stream and are written again");
                     from = ReadFrom::OwnPending;
                     if closing.is_some() {
                         break;
                     }
-                    failures = failures.saturating_add(1);
-                    tokio::time::sleep(probe_delay(failures)).await;
+                    let receipts = entries.len();
+                    backoff
+                        .blipped(&gone, |retry_in| {
+                            tracing::warn!(error = %e, receipts, ?retry_in, "could not record receipts; they stay in the receipts stream and are written again")
+                        })
+                        .await;
                 }
             }
         }
