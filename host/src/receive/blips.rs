@@ -60,20 +60,19 @@ impl Receivers {
         .await
     }
 
-    /// The idempotency claim of (`handler`, `event_id`) through blips: like
-    /// [`claim_entry`](Receivers::claim_entry) (the marker value carries the claim's owner
-    /// token, unique to this delivery), so a retry whose first try was applied with only its
-    /// reply lost recognises its own claim instead of taking it for someone else's (which would
-    /// leave the entry to the receiver lease).
-    pub(super) async fn claim_entry_through_blips(
+    /// Make `claim` (see [`claim_entry`](Receivers::claim_entry)) through blips: the marker
+    /// value carries the claim's owner token, unique to this delivery, so a retry whose first
+    /// try was applied with only its reply lost recognises its own claim instead of taking it
+    /// for someone else's (which would leave the entry to the receiver lease). `tried`: an
+    /// earlier try's effect is unknown, so even the first try here checks for its own marker.
+    pub(super) async fn claim_through_blips(
         &self,
-        handler: &str,
-        event_id: i64,
+        claim: Claim,
+        tried: bool,
     ) -> Result<Option<Claim>, ReceiveError> {
-        let claim = self.new_claim(handler, event_id);
         let (marker, value) = (claim.marker(), claim.marker_value());
         let lease_ms = self.settings.receiver_lease.as_millis() as u64;
-        let mut tried = false;
+        let mut tried = tried;
         let claimed = retry_blips(
             "idempotency claim",
             STAGE,

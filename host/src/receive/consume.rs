@@ -20,7 +20,7 @@ use redis::AsyncCommands;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::{QueueEntry, Receivers, CONSUMER_GROUP};
+use super::{ClaimAhead, QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::{redis_reader_config, Backoff};
 
@@ -193,6 +193,14 @@ impl Receivers {
                     r = self.recover_own_pending(&queue, connection, &mut handling) => r.map(|_| None),
                 }
             } else {
+                // Read only once a handler task can start: what is read is claimed and handled at
+                // once, a group per read, instead of one entry read ahead and left waiting.
+                if handling.permits.available_permits() == 0 {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = handling.permits.acquire() => {}
+                    }
+                }
                 let available = handling.permits.available_permits().max(1);
                 let opts = StreamReadOptions::default()
                     .group(CONSUMER_GROUP, &self.consumer)
@@ -210,12 +218,13 @@ impl Receivers {
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
                     }
-                    for stream in reply.map(|r: StreamReadReply| r.keys).unwrap_or_default() {
-                        for id in &stream.ids {
-                            self.spawn_handler(&queue, QueueEntry::from_stream(id), &mut handling)
-                                .await;
-                        }
-                    }
+                    let entries = reply
+                        .map(|r: StreamReadReply| r.keys)
+                        .unwrap_or_default()
+                        .iter()
+                        .flat_map(|stream| stream.ids.iter().map(QueueEntry::from_stream))
+                        .collect();
+                    self.spawn_handlers(&queue, entries, &mut handling).await;
                 }
                 Err(e) => {
                     reader = None;
@@ -303,38 +312,61 @@ impl Receivers {
                 .increment(count as u64);
         }
         // What was found is handed on even when a later page failed: it is this consumer's.
-        for entry in recovered {
-            self.spawn_handler(queue, entry, handling).await;
-        }
+        self.spawn_handlers(queue, recovered, handling).await;
         read.map(|()| count)
     }
 
-    /// Handle `entry` on its own task once a concurrency permit is free, unless a task of this
-    /// loop handles it already.
-    pub(super) async fn spawn_handler(
+    /// Handle each of `entries` on its own task, unless a task of this loop handles it already:
+    /// as concurrency permits come free, a group at a time, the group's idempotency claims made
+    /// in one round trip ([`Receivers::claim_ahead`]) before its tasks start. A group is what is
+    /// free at once (at least one permit, waited for), so a claim never waits for a permit.
+    pub(super) async fn spawn_handlers(
         &self,
         queue: &str,
-        entry: QueueEntry,
+        entries: Vec<QueueEntry>,
         handling: &mut Handling,
     ) {
-        if !handling.in_flight.start(&entry.stream_id) {
-            return;
-        }
-        let guard = InFlightGuard {
-            in_flight: handling.in_flight.clone(),
-            stream_id: entry.stream_id.clone(),
-        };
-        // The semaphore is never closed, so acquiring only waits.
-        let Ok(permit) = handling.permits.clone().acquire_owned().await else {
-            return;
-        };
-        let me = self.clone();
-        let queue = queue.to_string();
-        handling.tasks.spawn(async move {
-            me.handle_entry(&queue, entry).await;
-            drop(permit);
-            drop(guard);
+        let mut entries = entries.into_iter().filter_map(|entry| {
+            handling.in_flight.start(&entry.stream_id).then(|| {
+                let guard = InFlightGuard {
+                    in_flight: handling.in_flight.clone(),
+                    stream_id: entry.stream_id.clone(),
+                };
+                (entry, guard)
+            })
         });
+        let mut group = Vec::new();
+        while let Some(first) = entries.next() {
+            // The semaphore is never closed, so acquiring only waits.
+            let Ok(permit) = handling.permits.clone().acquire_owned().await else {
+                return;
+            };
+            group.push((first, permit));
+            while let Ok(permit) = handling.permits.clone().try_acquire_owned() {
+                let Some(next) = entries.next() else {
+                    break;
+                };
+                group.push((next, permit));
+            }
+            let handler = self.live.routes.load().handlers.get(queue).cloned();
+            let aheads = match handler {
+                Some(handler) => {
+                    let read: Vec<&QueueEntry> =
+                        group.iter().map(|((entry, _), _)| entry).collect();
+                    self.claim_ahead(&handler, &read).await
+                }
+                None => group.iter().map(|_| ClaimAhead::NotTried).collect(),
+            };
+            for (((entry, guard), permit), ahead) in group.drain(..).zip(aheads) {
+                let me = self.clone();
+                let queue = queue.to_string();
+                handling.tasks.spawn(async move {
+                    me.handle_claimed_entry(&queue, entry, ahead).await;
+                    drop(permit);
+                    drop(guard);
+                });
+            }
+        }
     }
 }
 

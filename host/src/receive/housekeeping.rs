@@ -66,9 +66,7 @@ impl Receivers {
             metrics::counter!("outbox_receiver_reclaimed_total", "queue" => queue.to_string())
                 .increment(claimed.len() as u64);
         }
-        for entry in claimed {
-            self.spawn_handler(queue, entry, handling).await;
-        }
+        self.spawn_handlers(queue, claimed, handling).await;
         trim_acknowledged(&mut conn, &key).await
     }
 }

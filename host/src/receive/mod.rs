@@ -90,6 +90,32 @@ pub enum HandledAs {
     LostClaim,
 }
 
+/// What an idempotency claim made before an entry's task started found (see
+/// [`Receivers::claim_ahead`]).
+#[derive(Debug)]
+pub(super) enum ClaimAhead {
+    /// None was made: the task claims the entry itself.
+    NotTried,
+    /// Made: this consumer runs the handler and records the outcome with it.
+    Held(Claim),
+    /// The marker exists (someone runs or ran this handler on the event); names the handler.
+    Refused(String),
+    /// The claim's step failed and may or may not have been applied: the task claims again
+    /// with the same owner token, so it recognises its own marker.
+    Unknown(Claim),
+}
+
+impl ClaimAhead {
+    /// The handler the claim was made for, if one was tried.
+    fn handler(&self) -> Option<&str> {
+        match self {
+            ClaimAhead::NotTried => None,
+            ClaimAhead::Held(claim) | ClaimAhead::Unknown(claim) => Some(claim.handler()),
+            ClaimAhead::Refused(handler) => Some(handler),
+        }
+    }
+}
+
 /// Everything the receivers of one process share.
 #[derive(Clone)]
 pub struct Receivers {
@@ -101,9 +127,10 @@ pub struct Receivers {
     consumer: String,
     handler_host: Arc<HandlerHost>,
     scripts: Arc<outcomes::OutcomeScripts>,
+    finishes: outcomes::FinishBatches,
     move_due: Arc<redis::Script>,
     /// Keeps this process's receipt writer running.
-    _receipts: ReceiptWriterHandle,
+    receipts: ReceiptWriterHandle,
     /// Queue -> receiver loops running on it in this process.
     receiving: Arc<Mutex<BTreeMap<String, usize>>>,
 }
@@ -171,6 +198,11 @@ impl Receivers {
             consumer.clone(),
             settings.receiver_lease,
         );
+        let finishes = outcomes::FinishBatches::spawn(
+            conn.clone(),
+            &keys,
+            settings.idempotency_ttl.as_secs().max(1),
+        );
         Ok(Self {
             redis_client,
             conn,
@@ -180,8 +212,9 @@ impl Receivers {
             settings,
             consumer,
             scripts: Arc::new(outcomes::OutcomeScripts::new()),
+            finishes,
             move_due: Arc::new(housekeeping::move_due_script()),
-            _receipts: receipts,
+            receipts,
             receiving: Arc::default(),
         })
     }
@@ -274,6 +307,14 @@ impl Receivers {
             .collect()
     }
 
+    /// How many receipt updates (outcomes and duplicate counts) this process's receipt writer
+    /// has written to `outbox_receipt` so far, each counted once its transaction committed.
+    pub fn receipts_written(&self) -> u64 {
+        self.receipts
+            .written
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The Redis keys these receivers use.
     pub fn keys(&self) -> &QueueKeys {
         &self.keys
@@ -303,10 +344,28 @@ impl Receivers {
     /// Handle one entry end to end: idempotency claim, handler (while the claim is renewed),
     /// outcome, receipt.
     pub async fn handle_entry(&self, queue: &str, entry: QueueEntry) -> HandledAs {
-        let routes = self.live.routes.load_full();
-        let Some(handler) = routes.handlers.get(queue).cloned() else {
-            tracing::warn!(%queue, "no handler bound to this queue any more (its receiver is stopping); the entry stays pending until a handler is bound again");
-            return HandledAs::Busy;
+        self.handle_claimed_entry(queue, entry, ClaimAhead::NotTried)
+            .await
+    }
+
+    /// [`handle_entry`](Self::handle_entry) with what a claim made before the entry's task
+    /// started found (`consume` claims a read's entries in one round trip). A claim made ahead
+    /// names the handler it was made for, and that handler runs the entry.
+    pub(super) async fn handle_claimed_entry(
+        &self,
+        queue: &str,
+        entry: QueueEntry,
+        ahead: ClaimAhead,
+    ) -> HandledAs {
+        let handler = match ahead.handler() {
+            Some(handler) => handler.to_string(),
+            None => match self.live.routes.load().handlers.get(queue) {
+                Some(handler) => handler.clone(),
+                None => {
+                    tracing::warn!(%queue, "no handler bound to this queue any more (its receiver is stopping); the entry stays pending until a handler is bound again");
+                    return HandledAs::Busy;
+                }
+            },
         };
         let attempt = entry.handler_attempt();
         let Some(event_id) = entry.event_id() else {
@@ -321,7 +380,16 @@ impl Receivers {
                 )
                 .await;
         };
-        let claim = match self.claim_entry_through_blips(&handler, event_id).await {
+        let claimed = match ahead {
+            ClaimAhead::Held(claim) => Ok(Some(claim)),
+            ClaimAhead::Refused(_) => Ok(None),
+            ClaimAhead::Unknown(claim) => self.claim_through_blips(claim, true).await,
+            ClaimAhead::NotTried => {
+                self.claim_through_blips(self.new_claim(&handler, event_id), false)
+                    .await
+            }
+        };
+        let claim = match claimed {
             Ok(Some(claim)) => claim,
             Ok(None) => {
                 if self.already_done(&handler, event_id).await {

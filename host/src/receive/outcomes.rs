@@ -16,25 +16,40 @@
 
 use std::convert::Infallible;
 
+use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
+use tokio::sync::oneshot;
 
 use super::receipts::{HandlerRun, ReceiptUpdate, RECEIPT_FIELD};
-use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
-use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
+use super::{
+    blips, ctx, ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP,
+};
+use crate::queue::{claim_owner, marker_is_done, marker_running, QueueKeys, MARKER_DONE_OK};
 use crate::reconnect::retry_blips;
 
 /// What every guarded script returns when the marker no longer holds the caller's token.
 const LOST: i64 = -1;
 
-/// Ack with a `done` marker: KEYS[1] marker, KEYS[2] stream, KEYS[3] receipts stream; ARGV[1]
-/// owner's marker value, ARGV[2] group, ARGV[3] entry id, ARGV[4] done marker value, ARGV[5]
-/// marker TTL (s), ARGV[6] receipt (empty: none). Returns `XACK`'s count, or -1 (nothing
-/// changed) unless the marker holds ARGV[1].
+/// Ack entries with a `done` marker, any number in one step: KEYS[1] receipts stream, then per
+/// entry KEYS[2i] marker and KEYS[2i+1] stream; ARGV[1] group, ARGV[2] done marker value,
+/// ARGV[3] marker TTL (s), then per entry ARGV[3i+1] owner's marker value, ARGV[3i+2] entry id,
+/// ARGV[3i+3] receipt (empty: none). Per entry, in order: unless its marker holds its owner's
+/// value (then -1, nothing changed for it), set the `done` marker, append the receipt and
+/// `XACK`. Returns the per-entry replies (`XACK`'s count or -1).
 const FINISH_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-redis.call('SET', KEYS[1], ARGV[4], 'EX', ARGV[5])
-if ARGV[6] ~= '' then redis.call('XADD', KEYS[3], '*', 'receipt', ARGV[6]) end
-return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+local replies = {}
+for i = 1, (#KEYS - 1) / 2 do
+  local marker, stream = KEYS[2 * i], KEYS[2 * i + 1]
+  local owner, id, receipt = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  if redis.call('GET', marker) ~= owner then
+    replies[i] = -1
+  else
+    redis.call('SET', marker, ARGV[2], 'EX', ARGV[3])
+    if receipt ~= '' then redis.call('XADD', KEYS[1], '*', 'receipt', receipt) end
+    replies[i] = redis.call('XACK', stream, ARGV[1], id)
+  end
+end
+return replies
 "#;
 
 /// Schedule a retry: KEYS[1] marker, KEYS[2] stream, KEYS[3] retry set, KEYS[4] receipts
@@ -178,6 +193,62 @@ impl Receivers {
         Ok(set.map(|_| claim))
     }
 
+    /// The idempotency claims of `handler` on the events of `entries` for this consumer, in
+    /// one round trip (a pipeline of [`claim_entry`](Self::claim_entry)'s `SET NX PX`), one
+    /// answer per entry in order. An entry without an event id is left to its task
+    /// ([`ClaimAhead::NotTried`]: it is dead-lettered there); when the round trip fails, every
+    /// claim's effect is unknown ([`ClaimAhead::Unknown`]: the task claims again with the same
+    /// owner token).
+    pub(super) async fn claim_ahead(
+        &self,
+        handler: &str,
+        entries: &[&QueueEntry],
+    ) -> Vec<ClaimAhead> {
+        let claims: Vec<Option<Claim>> = entries
+            .iter()
+            .map(|entry| entry.event_id().map(|id| self.new_claim(handler, id)))
+            .collect();
+        let mut pipe = redis::pipe();
+        for claim in claims.iter().flatten() {
+            pipe.cmd("SET")
+                .arg(&claim.marker)
+                .arg(claim.marker_value())
+                .arg("NX")
+                .arg("PX")
+                .arg(self.lease_ms());
+        }
+        let answers: redis::RedisResult<Vec<Option<String>>> = if pipe.is_empty() {
+            Ok(Vec::new())
+        } else {
+            pipe.query_async(&mut self.conn.clone()).await
+        };
+        let mut answers = match answers {
+            Ok(answers) if answers.len() == claims.iter().flatten().count() => {
+                Some(answers.into_iter())
+            }
+            Ok(_) => None,
+            Err(e) => {
+                if let Some(blip) = crate::fault::redis_blip(&e) {
+                    blip.count_retries(blips::STAGE, claims.iter().flatten().count() as u64);
+                }
+                tracing::warn!(handler, entries = entries.len(), error = %e, "claiming a read's entries together failed; each entry claims again on its own");
+                None
+            }
+        };
+        claims
+            .into_iter()
+            .map(|claim| match (claim, answers.as_mut()) {
+                (None, _) => ClaimAhead::NotTried,
+                (Some(claim), None) => ClaimAhead::Unknown(claim),
+                (Some(claim), Some(answers)) => match answers.next() {
+                    Some(Some(_)) => ClaimAhead::Held(claim),
+                    Some(None) => ClaimAhead::Refused(handler.to_string()),
+                    None => ClaimAhead::Unknown(claim),
+                },
+            })
+            .collect()
+    }
+
     /// A claim of (`handler`, `event_id`) for this consumer with a new owner token, not yet
     /// made in Redis.
     pub(super) fn new_claim(&self, handler: &str, event_id: i64) -> Claim {
@@ -301,28 +372,32 @@ impl Receivers {
         stream_id: &str,
         run: Option<&HandlerRun>,
     ) -> Result<Settled, ReceiveError> {
-        let reply: i64 = ctx(
+        let replies: Vec<i64> = ctx(
             self.scripts
                 .finish
+                .key(self.keys.receipts_stream())
                 .key(&claim.marker)
                 .key(self.keys.stream(queue))
-                .key(self.keys.receipts_stream())
-                .arg(claim.marker_value())
                 .arg(CONSUMER_GROUP)
-                .arg(stream_id)
                 .arg(MARKER_DONE_OK)
                 .arg(self.settings.idempotency_ttl.as_secs().max(1))
+                .arg(claim.marker_value())
+                .arg(stream_id)
                 .arg(receipt_arg(run, "ok", None))
                 .invoke_async(&mut self.conn.clone())
                 .await,
             || format!("finish {stream_id} on {queue}"),
         )?;
-        Ok(Settled::from_reply(reply))
+        Ok(Settled::from_reply(
+            replies.first().copied().unwrap_or(LOST),
+        ))
     }
 
-    /// Record a successful handler run of `claim` on `stream_id` ([`finish_ok`](Self::finish_ok)).
-    /// Retried through blips; a retry that finds the claim gone but the entry done was applied
-    /// by its earlier try (only the reply was lost), so it counts as recorded.
+    /// Record a successful handler run of `claim` on `stream_id`: together with the other
+    /// handlers' successes that are waiting at that moment ([`FinishBatches`]), and if that
+    /// step fails, on its own through blips ([`finish_ok`](Self::finish_ok)). A retry that finds
+    /// the claim gone but the entry done was applied by an earlier try (only the reply was
+    /// lost), so it counts as recorded.
     pub(super) async fn record_ok(
         &self,
         queue: &str,
@@ -330,30 +405,25 @@ impl Receivers {
         stream_id: &str,
         run: &HandlerRun,
     ) -> HandledAs {
-        let mut tried = false;
-        let finished = retry_blips(
-            "record success",
-            blips::STAGE,
-            self.blip_deadline(),
-            blips::receive_blip,
-            || {
-                let again = std::mem::replace(&mut tried, true);
-                async move {
-                    match self.finish_ok(queue, claim, stream_id, Some(run)).await? {
-                        // A blip while reading the marker is retried with the whole step, not
-                        // taken for a lost claim (which would leave the entry without receipt).
-                        Settled::LostClaim
-                            if again
-                                && self.marker_done(&claim.handler, claim.event_id).await? =>
-                        {
-                            Ok(Settled::Recorded)
-                        }
-                        settled => Ok(settled),
-                    }
-                }
-            },
-        )
-        .await;
+        let together = self
+            .finishes
+            .finish(PendingFinish {
+                marker: claim.marker.clone(),
+                stream: self.keys.stream(queue),
+                owner_value: claim.marker_value(),
+                stream_id: stream_id.to_string(),
+                receipt: receipt_arg(Some(run), "ok", None),
+            })
+            .await;
+        let finished = match together {
+            Some(settled) => Ok(settled),
+            // The shared step failed and may or may not have been applied: on its own now, as a
+            // retry.
+            None => {
+                self.finish_ok_through_blips(queue, claim, stream_id, run)
+                    .await
+            }
+        };
         match finished {
             Ok(Settled::Recorded) => HandledAs::Ok,
             Ok(Settled::LostClaim) => self.lost_claim(queue, claim, "ok"),
@@ -362,6 +432,36 @@ impl Receivers {
                 HandledAs::Ok
             }
         }
+    }
+
+    /// [`finish_ok`](Self::finish_ok) retried through blips after a try whose effect is unknown:
+    /// a lost claim whose marker says `done` was applied by an earlier try.
+    async fn finish_ok_through_blips(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+        run: &HandlerRun,
+    ) -> Result<Settled, ReceiveError> {
+        retry_blips(
+            "record success",
+            blips::STAGE,
+            self.blip_deadline(),
+            blips::receive_blip,
+            || async move {
+                match self.finish_ok(queue, claim, stream_id, Some(run)).await? {
+                    // A blip while reading the marker is retried with the whole step, not taken
+                    // for a lost claim (which would leave the entry without receipt).
+                    Settled::LostClaim
+                        if self.marker_done(&claim.handler, claim.event_id).await? =>
+                    {
+                        Ok(Settled::Recorded)
+                    }
+                    settled => Ok(settled),
+                }
+            },
+        )
+        .await
     }
 
     /// Acknowledge a duplicate delivery of (`handler`, `event_id`) without running the handler,
@@ -484,6 +584,108 @@ impl Receivers {
     /// The receiver lease in milliseconds.
     fn lease_ms(&self) -> u64 {
         self.settings.receiver_lease.as_millis() as u64
+    }
+}
+
+/// The most successes one [`FinishBatches`] step records: one script call, during which Redis
+/// serves nobody else.
+const FINISH_BATCH: usize = 64;
+
+/// One handler success waiting to be recorded (see [`FINISH_LUA`] for what is written).
+pub(super) struct PendingFinish {
+    marker: String,
+    stream: String,
+    owner_value: String,
+    stream_id: String,
+    receipt: String,
+}
+
+/// Records the successes of handlers that finish at about the same time in one step: one
+/// [`FINISH_LUA`] call for up to [`FINISH_BATCH`] entries of any queues, instead of one per
+/// entry. A success waits only for the step in flight, never for a timer: an idle receiver's
+/// success goes alone at once, a busy one's join the next step. Each entry keeps its own
+/// owner check and reply, so one lost claim changes nothing for the others. The waiting
+/// successes are bounded by the handler tasks (one each).
+#[derive(Clone)]
+pub(super) struct FinishBatches {
+    waiting: tokio::sync::mpsc::UnboundedSender<(PendingFinish, oneshot::Sender<Option<Settled>>)>,
+}
+
+impl FinishBatches {
+    /// Start the task that records successes on `conn`, with `done` markers kept for
+    /// `marker_ttl_s`; it ends when the last clone is dropped.
+    pub(super) fn spawn(conn: ConnectionManager, keys: &QueueKeys, marker_ttl_s: u64) -> Self {
+        let (waiting, queue) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(record_finish_batches(
+            queue,
+            conn,
+            keys.receipts_stream(),
+            marker_ttl_s,
+        ));
+        Self { waiting }
+    }
+
+    /// Record `finish` with whatever else is waiting: what the script did for it, or `None`
+    /// when the step failed (applied or not: the caller retries on its own).
+    pub(super) async fn finish(&self, finish: PendingFinish) -> Option<Settled> {
+        let (reply, settled) = oneshot::channel();
+        self.waiting.send((finish, reply)).ok()?;
+        settled.await.ok().flatten()
+    }
+}
+
+/// The task behind [`FinishBatches`]: takes every waiting success (up to [`FINISH_BATCH`]),
+/// records them in one script call and answers each.
+async fn record_finish_batches(
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<(
+        PendingFinish,
+        oneshot::Sender<Option<Settled>>,
+    )>,
+    mut conn: ConnectionManager,
+    receipts_stream: String,
+    marker_ttl_s: u64,
+) {
+    let script = redis::Script::new(FINISH_LUA);
+    let mut batch = Vec::with_capacity(FINISH_BATCH);
+    while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
+        let mut invocation = script.key(&receipts_stream);
+        invocation
+            .arg(CONSUMER_GROUP)
+            .arg(MARKER_DONE_OK)
+            .arg(marker_ttl_s);
+        for (finish, _) in &batch {
+            invocation
+                .key(&finish.marker)
+                .key(&finish.stream)
+                .arg(&finish.owner_value)
+                .arg(&finish.stream_id)
+                .arg(&finish.receipt);
+        }
+        let replies: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
+        match replies {
+            Ok(replies) if replies.len() == batch.len() => {
+                for ((_, reply), settled) in batch.drain(..).zip(replies) {
+                    let _ = reply.send(Some(Settled::from_reply(settled)));
+                }
+            }
+            other => {
+                let entries = batch.len();
+                match other {
+                    Err(e) => {
+                        if let Some(blip) = crate::fault::redis_blip(&e) {
+                            blip.count_retries(blips::STAGE, entries as u64);
+                        }
+                        tracing::warn!(entries, error = %e, "recording handler successes together failed; each is retried on its own")
+                    }
+                    Ok(replies) => {
+                        tracing::warn!(entries, replies = replies.len(), "recording handler successes together gave a reply per entry only for some; each is retried on its own")
+                    }
+                }
+                for (_, reply) in batch.drain(..) {
+                    let _ = reply.send(None);
+                }
+            }
+        }
     }
 }
 

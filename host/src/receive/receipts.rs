@@ -15,6 +15,7 @@
 //! queue stream.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -224,6 +225,8 @@ const FINAL_WRITE_FOR: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub(super) struct ReceiptWriterHandle {
     _alive: std::sync::Arc<DropGuard>,
+    /// Receipt updates the writer has written to `outbox_receipt` (committed) so far.
+    pub(super) written: std::sync::Arc<AtomicU64>,
 }
 
 /// Start the receipt writer of a process's receivers: it reads the receipts stream as consumer
@@ -236,7 +239,9 @@ pub(super) fn spawn_receipt_writer(
     lease: Duration,
 ) -> ReceiptWriterHandle {
     let gone = CancellationToken::new();
+    let written = std::sync::Arc::new(AtomicU64::new(0));
     let writer = ReceiptWriter {
+        written: written.clone(),
         pool,
         client,
         stream: keys.receipts_stream(),
@@ -245,11 +250,16 @@ pub(super) fn spawn_receipt_writer(
     };
     let alive = std::sync::Arc::new(gone.clone().drop_guard());
     tokio::spawn(writer.run(gone));
-    ReceiptWriterHandle { _alive: alive }
+    ReceiptWriterHandle {
+        _alive: alive,
+        written,
+    }
 }
 
 /// The receipt writer's state: where it reads and writes, and as whom.
 struct ReceiptWriter {
+    /// Receipt updates written and committed so far.
+    written: std::sync::Arc<AtomicU64>,
     pool: PgPool,
     client: redis::Client,
     stream: String,
@@ -454,6 +464,9 @@ impl ReceiptWriter {
             )
             .await
             .map_err(|e| e.to_string())?;
+            self.written
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            metrics::counter!("outbox_receipts_written_total").increment(batch.len() as u64);
         }
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         let mut pipe = redis::pipe();

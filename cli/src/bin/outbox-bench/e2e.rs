@@ -190,14 +190,13 @@ async fn watch_receipts(
         "the {ROUTER_PLUGIN} plugin did not load (router {}): run scripts/build-plugins.sh",
         router.name()
     );
-    anyhow::ensure!(
-        host.receivers().is_some(),
-        "the host runs no receivers for outbox.bench-echo"
-    );
     let stats = host
         .dispatcher()
         .context("the host runs no dispatcher")?
         .stats();
+    let receivers = host
+        .receivers()
+        .context("the host runs no receivers for outbox.bench-echo")?;
     let deadline = start + Duration::from_secs(600);
     let mut dispatched = None;
     let mut first_receipt = None;
@@ -206,38 +205,38 @@ async fn watch_receipts(
         if dispatched.is_none() && stats.done.load(Ordering::Relaxed) >= n as u64 {
             dispatched = Some(start.elapsed().as_secs_f64());
         }
-        // One cheap count while it runs (the machine is shared with the host being measured);
-        // what the receipts say is checked once a second and at the end.
-        let receipts: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_receipt")
+        // The receipt writer's own count of committed receipts is watched while it runs (a
+        // count(*) of the growing table every few ms would load the database being measured);
+        // the table itself is counted once a second and once the writer says every receipt is
+        // in, and only the table's count ends the run.
+        let written = receivers.receipts_written();
+        let now = start.elapsed().as_secs_f64();
+        if written > 0 && first_receipt.is_none() {
+            first_receipt = Some(now);
+        }
+        if written >= n as u64 || last_check.elapsed() >= Duration::from_secs(1) {
+            last_check = Instant::now();
+            let (receipts, not_ok): (i64, i64) = sqlx::query_as(
+                "SELECT count(*), count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
+            )
             .fetch_one(pool)
             .await
             .context("count receipts")?;
-        let now = start.elapsed().as_secs_f64();
-        if receipts > 0 && first_receipt.is_none() {
-            first_receipt = Some(now);
-        }
-        if receipts >= n || last_check.elapsed() >= Duration::from_secs(1) {
-            last_check = Instant::now();
-            let not_ok: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM outbox_receipt WHERE result <> 'ok'")
-                    .fetch_one(pool)
-                    .await
-                    .context("count receipts other than ok")?;
             anyhow::ensure!(
                 not_ok == 0,
                 "{not_ok} receipts other than ok ({receipts} receipts of {n} events)"
             );
-        }
-        if receipts >= n {
-            let dispatched = dispatched.unwrap_or(now);
-            return Ok((dispatched, first_receipt.unwrap_or(now), now));
+            if receipts >= n {
+                let dispatched = dispatched.unwrap_or(now);
+                return Ok((dispatched, first_receipt.unwrap_or(now), now));
+            }
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "only {receipts} of {n} receipts after 600 s ({} dispatched)",
+            "only {written} of {n} receipts after 600 s ({} dispatched)",
             stats.done.load(Ordering::Relaxed)
         );
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
