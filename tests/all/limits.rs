@@ -363,3 +363,91 @@ async fn timed_out_calls_give_their_pool_slots_back() {
         .unwrap();
     assert_eq!(answer.unwrap().len(), 2);
 }
+
+/// A handler with one call slot and a time limit that fits one call (600 ms) but not the wait
+/// behind two others.
+const ONE_SLOT_HANDLER: &str = r#"
+[routes]
+"sleepy." = "outbox.sleepy"
+
+[router]
+plugin = "native"
+
+[handlers]
+"outbox.sleepy" = "sleepy-handler"
+
+[queue_groups]
+general = ["outbox.sleepy"]
+
+[policy]
+plugin = "deny-all"
+
+[plugins.sleepy-handler]
+timeout_ms = 1500
+max_concurrency = 1
+"#;
+
+#[sqlx::test(migrations = "../migrations")]
+async fn deliveries_beyond_a_handlers_call_slots_wait_for_a_slot_without_timing_out(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.receiver_concurrency = 4;
+    env.settings.handler_max_retries = 0;
+    let fixture = PluginFixture::new(&["test/sleepy-handler"], ONE_SLOT_HANDLER);
+    let config = fixture.config(&env.settings);
+    let live = LiveConfig::start(&config).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let dispatcher = env
+        .dispatcher_routed_by("one-slot-dispatch", live.router.clone())
+        .await;
+    let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone()))];
+    let receivers = Receivers::new(
+        env.pool.clone(),
+        live.clone(),
+        Arc::new(config.settings.clone()),
+        "one-slot-consumer",
+    )
+    .await
+    .unwrap();
+    for queue in receivers.queues_for_group(Some("general")) {
+        tasks.push(tokio::spawn(
+            receivers.clone().consume(queue, shutdown.clone()),
+        ));
+    }
+    // Four deliveries in flight at once, one slot: the last waits three calls (1.8 s), longer
+    // than the time limit. Before, that wait counted against the limit and the later calls
+    // were cut ("waiting for a call slot") and dead-lettered (no retries configured).
+    env.publish_all(
+        (0..4)
+            .map(|_| NewEvent::new("sleepy.nap", json!({"sleep_ms": 600})))
+            .collect(),
+    )
+    .await;
+    let started = Instant::now();
+    let receipts: Vec<(String, i32, Option<String>)> = loop {
+        let receipts: Vec<(String, i32, Option<String>)> =
+            sqlx::query_as("SELECT result, attempts, error FROM outbox_receipt")
+                .fetch_all(&env.pool)
+                .await
+                .unwrap();
+        if receipts.len() == 4 {
+            break receipts;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "only {} of 4 receipts: {receipts:?}",
+            receipts.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        receipts
+            .iter()
+            .all(|(result, attempts, _)| result == "ok" && *attempts == 1),
+        "every delivery ran once, in its turn, within its own time limit: {receipts:?}"
+    );
+    shutdown.cancel();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    env.cleanup().await;
+}

@@ -645,12 +645,13 @@ declare_settings! {
             default: 60_000,
             adjust: |d: Duration| d.max(Duration::from_millis(100)),
         }
-        /// Entries handled at once per queue (clamped to 1..=1024).
+        /// Entries handled at once per queue (clamped to 1..=1024). Beyond its handler plugin's
+        /// `max_concurrency`, entries wait for a call slot before their time limit starts.
         receiver_concurrency: usize {
             env: "OUTBOX_RECEIVER_CONCURRENCY",
             file: receiver_concurrency: usize,
             kind: Number<usize>,
-            default: 8,
+            default: 64,
             adjust: |n: usize| n.clamp(1, 1024),
         }
     }

@@ -114,6 +114,20 @@ pub(crate) struct CallOf<'a> {
     pub(crate) limits: &'a PluginLimits,
     /// Its call slots.
     pub(crate) slots: &'a CallSlots,
+    /// Whether waiting for a call slot counts against the call's time limit.
+    pub(crate) slot_wait: SlotWait,
+}
+
+/// How a call's wait for one of its plugin's call slots is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotWait {
+    /// Against the call's time limit, like everything else the call waits for: the caller must
+    /// go on (the dispatcher's router, a policy check inside another call, the CLI).
+    WithinTimeLimit,
+    /// Before the call's time limit starts: the caller holds its work safely while it waits
+    /// (a receiver, whose claim on the entry is renewed meanwhile), so a queue of calls behind
+    /// `max_concurrency` is backpressure, not the plugin's time.
+    BeforeTimeLimit,
 }
 
 /// Host services a handler plugin may call (`publish`, `kv`, `http`), provided by the receiver
@@ -564,16 +578,30 @@ impl PluginEngine {
             plugin,
             limits,
             slots,
+            slot_wait,
         } = of;
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::now()
-            .checked_add(limits.timeout)
-            .unwrap_or_else(far_future);
         let failed = |message: String| PluginError::Call {
             plugin: plugin.to_string(),
             message,
         };
-        let _permit = match tokio::time::timeout_at(deadline, slots.semaphore.acquire()).await {
+        let waited = match slot_wait {
+            SlotWait::WithinTimeLimit => None,
+            SlotWait::BeforeTimeLimit => match slots.semaphore.acquire().await {
+                Ok(permit) => Some(permit),
+                Err(_) => return Err(failed("its call slots are closed".into())),
+            },
+        };
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now()
+            .checked_add(limits.timeout)
+            .unwrap_or_else(far_future);
+        let acquire = async {
+            match waited {
+                Some(permit) => Ok(permit),
+                None => slots.semaphore.acquire().await,
+            }
+        };
+        let _permit = match tokio::time::timeout_at(deadline, acquire).await {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => return Err(failed("its call slots are closed".into())),
             Err(_) => {

@@ -26,7 +26,8 @@ use sha2::{Digest, Sha256};
 
 use super::bindings::{CapabilityRequest, Decision, Delivery, Outcome, WitEvent, WitRouteDecision};
 use super::engine::{
-    block_on, CallOf, CallSlots, HandlerServices, PluginEngine, PluginLimits, Prepared, World,
+    block_on, CallOf, CallSlots, HandlerServices, PluginEngine, PluginLimits, Prepared, SlotWait,
+    World,
 };
 use super::{PluginError, WIT_VERSION};
 use crate::capability::policy::DENY_ALL;
@@ -192,12 +193,39 @@ impl LoadedPlugin {
         services: Option<Box<dyn HandlerServices>>,
         delivery: &Delivery,
     ) -> Result<Outcome, PluginError> {
+        self.handle_with(self.call_of(), services, delivery).await
+    }
+
+    /// [`handle`](Self::handle), except that waiting for one of the plugin's call slots
+    /// (`max_concurrency`) does not count against the call's time limit, which starts once a
+    /// slot is held. For callers whose work is safe while it waits (the receivers: the entry's
+    /// claim is renewed meanwhile), so more deliveries in flight than the plugin has slots
+    /// queue for them instead of timing out; the wait is bounded by the calls ahead, each cut at
+    /// its own time limit.
+    pub async fn handle_queued(
+        &self,
+        services: Option<Box<dyn HandlerServices>>,
+        delivery: &Delivery,
+    ) -> Result<Outcome, PluginError> {
+        let of = CallOf {
+            slot_wait: SlotWait::BeforeTimeLimit,
+            ..self.call_of()
+        };
+        self.handle_with(of, services, delivery).await
+    }
+
+    async fn handle_with(
+        &self,
+        of: CallOf<'_>,
+        services: Option<Box<dyn HandlerServices>>,
+        delivery: &Delivery,
+    ) -> Result<Outcome, PluginError> {
         let Prepared::Handler(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Handler));
         };
         let outcome = self
             .engine
-            .call_handler(self.call_of(), pre, services, &self.config_json, delivery)
+            .call_handler(of, pre, services, &self.config_json, delivery)
             .await
             .map(|outcome| match outcome {
                 Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
@@ -289,6 +317,7 @@ impl LoadedPlugin {
             plugin: &self.name,
             limits: &self.limits,
             slots: &self.slots,
+            slot_wait: SlotWait::WithinTimeLimit,
         }
     }
 

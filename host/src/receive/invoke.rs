@@ -116,8 +116,12 @@ impl Receivers {
             attempt,
         };
         // Awaited on this task: the guest yields at every epoch tick, so it cannot hold the
-        // executor thread, and the call ends at its time limit.
-        let called = plugin.handle(Some(Box::new(services)), &delivery).await;
+        // executor thread, and the call ends at its time limit. That limit starts once one of
+        // the plugin's call slots is free: more deliveries than slots queue for them (the claim
+        // is renewed meanwhile) instead of timing out.
+        let called = plugin
+            .handle_queued(Some(Box::new(services)), &delivery)
+            .await;
         let published = published.lock().map(|p| p.clone()).unwrap_or_default();
         let outcome = match called {
             Ok(Outcome::Ok) => Ok(()),

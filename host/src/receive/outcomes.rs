@@ -695,3 +695,116 @@ fn receipt_arg(run: Option<&HandlerRun>, result: &'static str, error: Option<&st
     run.map(|run| ReceiptUpdate::Outcome(run.receipt(result, error)).encode())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::streams::StreamReadOptions;
+
+    async fn redis() -> ConnectionManager {
+        let url =
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
+        let client = redis::Client::open(url).unwrap();
+        ConnectionManager::new(client).await.unwrap()
+    }
+
+    /// A pending entry on `stream` (delivered to consumer `c`) and its marker held by `owner`.
+    async fn delivered_and_claimed(
+        conn: &mut ConnectionManager,
+        stream: &str,
+        marker: &str,
+        owner: &str,
+    ) -> String {
+        let id: String = conn.xadd(stream, "*", &[("event_id", "1")]).await.unwrap();
+        let _: redis::streams::StreamReadReply = conn
+            .xread_options(
+                &[stream],
+                &[">"],
+                &StreamReadOptions::default().group(CONSUMER_GROUP, "c"),
+            )
+            .await
+            .unwrap();
+        let _: () = conn.set(marker, marker_running(owner)).await.unwrap();
+        id
+    }
+
+    #[tokio::test]
+    async fn successes_recorded_together_keep_each_entrys_own_owner_check() {
+        let mut conn = redis().await;
+        let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
+        let (a, b) = (keys.stream("queue-a"), keys.stream("queue-b"));
+        for stream in [&a, &b] {
+            let _: () = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(stream)
+                .arg(CONSUMER_GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let markers: Vec<String> = (1..=3).map(|i| keys.handled_marker("h", i)).collect();
+        let ids = [
+            delivered_and_claimed(&mut conn, &a, &markers[0], "c:1").await,
+            // Taken over: its marker holds another owner's token now.
+            delivered_and_claimed(&mut conn, &a, &markers[1], "other:9").await,
+            delivered_and_claimed(&mut conn, &b, &markers[2], "c:3").await,
+        ];
+        let batches = FinishBatches::spawn(conn.clone(), &keys, 60);
+        let finish = |i: usize, stream: &str, owner: &str| {
+            batches.finish(PendingFinish {
+                marker: markers[i].clone(),
+                stream: stream.to_string(),
+                owner_value: marker_running(owner),
+                stream_id: ids[i].clone(),
+                receipt: format!("receipt {i}"),
+            })
+        };
+        // Sent at once, so they may share a step; each gets its own answer either way.
+        let (first, lost, third) = tokio::join!(
+            finish(0, &a, "c:1"),
+            finish(1, &a, "c:2"),
+            finish(2, &b, "c:3")
+        );
+        assert_eq!(first, Some(Settled::Recorded));
+        assert_eq!(lost, Some(Settled::LostClaim));
+        assert_eq!(third, Some(Settled::Recorded));
+
+        let marker = |i: usize| {
+            let mut conn = conn.clone();
+            let key = markers[i].clone();
+            async move { conn.get::<_, Option<String>>(key).await.unwrap() }
+        };
+        assert_eq!(marker(0).await.as_deref(), Some(MARKER_DONE_OK));
+        assert_eq!(
+            marker(1).await,
+            Some(marker_running("other:9")),
+            "the new owner's marker is untouched"
+        );
+        assert_eq!(marker(2).await.as_deref(), Some(MARKER_DONE_OK));
+        let pending = |stream: String| {
+            let mut conn = conn.clone();
+            async move {
+                let reply: redis::streams::StreamPendingReply =
+                    conn.xpending(&stream, CONSUMER_GROUP).await.unwrap();
+                reply.count()
+            }
+        };
+        assert_eq!(
+            pending(a.clone()).await,
+            1,
+            "only the lost claim's entry is still pending"
+        );
+        assert_eq!(pending(b.clone()).await, 0);
+        let receipts: usize = conn.xlen(keys.receipts_stream()).await.unwrap();
+        assert_eq!(
+            receipts, 2,
+            "a receipt for each recorded success, none for the lost one"
+        );
+
+        let mut all: Vec<String> = markers.clone();
+        all.extend([a, b, keys.receipts_stream()]);
+        let _: () = conn.del(all).await.unwrap();
+    }
+}
