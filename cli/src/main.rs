@@ -84,6 +84,23 @@ enum Command {
         #[command(subcommand)]
         command: DeadLetterCommand,
     },
+    /// Put failed or cancelled outbox rows back to pending (attempts reset, due now); the
+    /// previous status, attempts and error go to the event's history. Never touches pending or
+    /// processing rows.
+    Requeue {
+        #[command(flatten)]
+        filter: RowFilterArgs,
+        #[command(flatten)]
+        options: RepairArgs,
+    },
+    /// Cancel pending or failed outbox rows: a cancelled row is never dispatched (requeue brings
+    /// it back). Never touches processing rows.
+    Cancel {
+        #[command(flatten)]
+        filter: RowFilterArgs,
+        #[command(flatten)]
+        options: RepairArgs,
+    },
     /// Print the effective settings (environment over `[settings]` over defaults).
     Config,
     /// Inspect, check, try out and scaffold WebAssembly plugins.
@@ -216,6 +233,83 @@ struct DeadLetterFilter {
     /// Only this outbox event id.
     #[arg(long)]
     event: Option<i64>,
+}
+
+/// Which outbox rows a requeue or cancel applies to (every given condition must hold).
+#[derive(clap::Args)]
+struct RowFilterArgs {
+    /// This event id (repeatable).
+    #[arg(long = "id")]
+    ids: Vec<i64>,
+    /// Only rows in this status (requeue: failed or cancelled; cancel: pending or failed).
+    #[arg(long)]
+    status: Vec<String>,
+    /// Only event types starting with this.
+    #[arg(long)]
+    type_prefix: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only rows created at or after this time (RFC 3339, e.g. 2026-11-30T12:00:00Z).
+    #[arg(long)]
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only rows created before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only rows whose last error contains this text.
+    #[arg(long)]
+    error_contains: Option<String>,
+    /// Only fan-out rows whose hand-off to this queue failed (destinations that have the event
+    /// are never redone).
+    #[arg(long)]
+    destination: Option<String>,
+}
+
+impl From<RowFilterArgs> for store::RowFilter {
+    fn from(a: RowFilterArgs) -> Self {
+        store::RowFilter {
+            ids: a.ids,
+            statuses: a.status,
+            type_prefix: a.type_prefix,
+            tenant: a.tenant,
+            since: a.since,
+            until: a.until,
+            error_contains: a.error_contains,
+            destination: a.destination,
+        }
+    }
+}
+
+/// How a requeue or cancel runs.
+#[derive(clap::Args)]
+struct RepairArgs {
+    /// Change at most this many rows (lowest ids first).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Show exactly the rows a real run would change, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Do not ask, whatever the number of rows.
+    #[arg(long)]
+    yes: bool,
+    /// Ask before changing more rows than this.
+    #[arg(long, default_value_t = 100)]
+    confirm_above: u64,
+}
+
+impl From<RepairArgs> for ops::RepairOptions {
+    fn from(a: RepairArgs) -> Self {
+        ops::RepairOptions {
+            limit: a.limit,
+            dry_run: a.dry_run,
+            json: a.json,
+            yes: a.yes,
+            confirm_above: a.confirm_above,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -368,6 +462,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             out!("{id}");
         }
         Command::Demo => ops::run_demo(load_config(&cli.config)?).await?,
+        Command::Requeue { filter, options } => {
+            let config = load_config(&cli.config)?;
+            let action = store::RepairAction::Requeue;
+            ops::repair_rows(&config, action, filter.into(), options.into()).await?;
+        }
+        Command::Cancel { filter, options } => {
+            let config = load_config(&cli.config)?;
+            let action = store::RepairAction::Cancel;
+            ops::repair_rows(&config, action, filter.into(), options.into()).await?;
+        }
         Command::Stats { json } => {
             let config = load_config(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;

@@ -442,22 +442,23 @@ impl Dispatcher {
         }
         let (claim, decisions) = self.route(claim).await;
 
-        // Fan-out events retried after a partial failure: skip destinations already done.
-        let retried_ids: Vec<i64> = claim
+        // Fan-out events that may have been partly handed off before (retried after a partial
+        // failure, or requeued by an operator, which starts the attempts again): skip the
+        // destinations already done. Every fan-out event is looked up, whatever its attempt:
+        // a requeued one is on attempt 1 again, and its enqueue markers may have expired.
+        let fan_out_ids: Vec<i64> = claim
             .events
             .iter()
             .zip(&decisions)
-            .filter(|(e, d)| e.attempts > 1 && matches!(d, RouteDecision::Queues(q) if q.len() > 1))
+            .filter(|(_, d)| matches!(d, RouteDecision::Queues(q) if q.len() > 1))
             .map(|(e, _)| e.id)
             .collect();
-        // An event released after a blip comes back as attempt 1 and is not looked up here: its
-        // written destinations answer `AlreadyEnqueued` from their markers instead.
         let already = retry_blips(
             "read delivered destinations",
             "record",
             self.write_deadline(started),
             |e: &store::StoreError| fault::postgres_blip(&e.source),
-            || store::delivered_destinations(&self.pool, &retried_ids),
+            || store::delivered_destinations(&self.pool, &fan_out_ids),
         )
         .await?;
 

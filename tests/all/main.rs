@@ -17,3 +17,4 @@ mod publish;
 mod receive;
 mod receive_claims;
 mod reload;
+mod repair;

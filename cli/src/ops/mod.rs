@@ -1,5 +1,5 @@
-//! Ops: what operators run by hand — stats, routing explanations, the demo, plugin tools and
-//! dead letters.
+//! Ops: what operators run by hand — stats, routing explanations, the demo, plugin tools, dead
+//! letters and repairs of outbox rows (requeue, cancel).
 //!
 //! Owns the human-facing output of the CLI (tables, JSON, progress), one submodule per command
 //! family. It goes through the same library calls as the host (`outbox_host::publish`,
@@ -9,9 +9,11 @@
 mod dead_letter;
 mod demo;
 mod plugins;
+mod repair;
 mod stats;
 
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use plugins::*;
+pub use repair::{repair_rows, RepairOptions};
 pub use stats::{describe_settings, explain_route, print_stats};

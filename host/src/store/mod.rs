@@ -16,8 +16,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
 mod operator;
+mod repair;
 
 pub use operator::*;
+pub use repair::*;
 
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
