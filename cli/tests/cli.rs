@@ -869,3 +869,80 @@ fn cli_output_into_a_closed_pipe_exits_quietly_without_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_requeue_dry_run_json_matches_the_text_and_a_large_run_asks_first(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status, attempts, last_error)
+         SELECT 'mail.welcome', '{}', CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'failed' END, 6,
+                'smtp refused'
+         FROM generate_series(1, 150) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let statuses = || async {
+        sqlx::query_as::<_, (i64, String)>("SELECT id, status FROM outbox_event ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    let before = statuses().await;
+    let args = ["requeue", "--type-prefix", "mail.", "--dry-run"];
+    let (text_out, _) = text(&outbox(&url, &args));
+    let json_out = outbox(&url, &[&args[..], &["--json"]].concat());
+    assert!(json_out.status.success(), "{}", cli_error(&json_out));
+    let json: serde_json::Value = serde_json::from_slice(&json_out.stdout).expect("JSON");
+    assert_eq!(statuses().await, before, "a dry run changes nothing");
+    assert_eq!(json["action"], "requeue");
+    assert_eq!(json["dry_run"], true);
+    assert_eq!(json["planned"], 135);
+    assert_eq!(json["changed"], 0);
+    assert_eq!(json["skipped"]["pending"], 15);
+    assert!(
+        text_out
+            .starts_with("requeue (dry run, nothing changes): 135 rows to pending: ids 1, 2, 3,"),
+        "{text_out}"
+    );
+    assert!(
+        text_out.contains("skipped 15 pending rows: it is waiting to be dispatched already"),
+        "{text_out}"
+    );
+
+    // 135 rows is above the default confirmation threshold (100): without a terminal to ask on
+    // and without --yes, the run is refused and changes nothing.
+    let refused = outbox(&url, &["requeue", "--type-prefix", "mail."]);
+    assert!(!refused.status.success());
+    assert!(
+        cli_error(&refused)
+            .contains("would change 135 rows, more than --confirm-above 100: add --yes"),
+        "{}",
+        cli_error(&refused)
+    );
+    assert_eq!(statuses().await, before);
+
+    let ran = outbox(
+        &url,
+        &["requeue", "--type-prefix", "mail.", "--yes", "--json"],
+    );
+    assert!(ran.status.success(), "{}", cli_error(&ran));
+    let ran: serde_json::Value = serde_json::from_slice(&ran.stdout).expect("JSON");
+    assert_eq!(ran["changed"], 135);
+    assert_eq!(
+        ran["ids"], json["ids"],
+        "the run changed exactly the rows the dry run listed"
+    );
+    let changed: Vec<serde_json::Value> = statuses()
+        .await
+        .into_iter()
+        .zip(&before)
+        .filter(|(after, before)| after != *before)
+        .map(|(after, _)| serde_json::json!(after.0))
+        .collect();
+    assert_eq!(serde_json::Value::Array(changed), json["ids"]);
+}
