@@ -101,6 +101,21 @@ enum Command {
         #[command(flatten)]
         options: RepairArgs,
     },
+    /// Manage operator identities: a name, a role (admin repairs, viewer reads) and a token
+    /// (OUTBOX_OPERATOR_TOKEN) shown once.
+    Operator {
+        #[command(subcommand)]
+        command: OperatorCommand,
+    },
+    /// Show the audit trail: who ran which destructive command, when, on what, with what effect.
+    Audit {
+        /// Newest entries shown.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective settings (environment over `[settings]` over defaults).
     Config,
     /// Inspect, check, try out and scaffold WebAssembly plugins.
@@ -233,6 +248,29 @@ struct DeadLetterFilter {
     /// Only this outbox event id.
     #[arg(long)]
     event: Option<i64>,
+}
+
+#[derive(Subcommand)]
+enum OperatorCommand {
+    /// Add an operator and print its token once (the first one, an admin, needs no token).
+    Add {
+        /// Name: 1 to 64 letters, digits, '_', '.', '@' or '-'.
+        name: String,
+        /// What it may do.
+        #[arg(long, value_parser = ["admin", "viewer"])]
+        role: String,
+    },
+    /// List operators (never their tokens).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an operator: its token stops working at once.
+    Revoke {
+        /// The operator.
+        name: String,
+    },
 }
 
 /// Which outbox rows a requeue or cancel applies to (every given condition must hold).
@@ -475,7 +513,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats { json } => {
             let config = load_config(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;
+            store::migrate(&pool).await?;
+            ops::require(&pool, store::Role::Viewer, "stats").await?;
             ops::print_stats(&pool, json).await?;
+        }
+        Command::Operator { command } => {
+            let config = load_config(&cli.config)?;
+            let pool = store::connect(&config.settings.database_url, 2).await?;
+            store::migrate(&pool).await?;
+            match command {
+                OperatorCommand::Add { name, role } => {
+                    let role = store::Role::parse(&role)
+                        .ok_or_else(|| anyhow::anyhow!("--role admin or viewer, not {role:?}"))?;
+                    ops::add_operator(&pool, &name, role).await?;
+                }
+                OperatorCommand::List { json } => ops::list_operators(&pool, json).await?,
+                OperatorCommand::Revoke { name } => ops::revoke_operator(&pool, &name).await?,
+            }
+        }
+        Command::Audit { limit, json } => {
+            let config = load_config(&cli.config)?;
+            let pool = store::connect(&config.settings.database_url, 2).await?;
+            store::migrate(&pool).await?;
+            ops::print_audit(&pool, limit, json).await?;
         }
         Command::Routes { command } => match command {
             RoutesCommand::Check { file } => {

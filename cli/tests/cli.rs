@@ -5,6 +5,7 @@
 
 use std::process::{Command, Output};
 
+use outbox_host::store::Role;
 use sqlx::PgPool;
 
 fn database_url(db: &str) -> String {
@@ -20,6 +21,21 @@ fn outbox(db_url: &str, args: &[&str]) -> Output {
             "OUTBOX_CONFIG",
             concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"),
         )
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run outbox")
+}
+
+/// [`outbox`] as the operator holding `token`.
+fn outbox_as(db_url: &str, token: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env(
+            "OUTBOX_CONFIG",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"),
+        )
+        .env("OUTBOX_OPERATOR_TOKEN", token)
         .env("RUST_LOG", "warn")
         .output()
         .expect("run outbox")
@@ -567,8 +583,16 @@ fn cli_plugins_new_scaffolds_a_crate_and_refuses_to_overwrite() {
     std::fs::remove_dir_all(&parent).ok();
 }
 
-#[tokio::test]
-async fn cli_dead_letter_list_replay_and_drop() {
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_dead_letter_list_replay_and_drop(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let token = outbox_host::store::add_operator(&pool, "dl-admin", Role::Admin, "test")
+        .await
+        .unwrap();
     let prefix = format!("cli-test-{}:", std::process::id());
     let client = redis::Client::open(
         std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into()),
@@ -604,6 +628,8 @@ async fn cli_dead_letter_list_replay_and_drop() {
                 concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"),
             )
             .env("OUTBOX_REDIS_PREFIX", &prefix)
+            .env("DATABASE_URL", &url)
+            .env("OUTBOX_OPERATOR_TOKEN", &token)
             .env("RUST_LOG", "warn")
             .output()
             .unwrap()
@@ -877,6 +903,10 @@ async fn cli_requeue_dry_run_json_matches_the_text_and_a_large_run_asks_first(po
         .await
         .unwrap();
     let url = database_url(&db);
+    let token = outbox_host::store::add_operator(&pool, "requeuer", Role::Admin, "test")
+        .await
+        .unwrap();
+    let outbox = |url: &str, args: &[&str]| outbox_as(url, &token, args);
     sqlx::query(
         "INSERT INTO outbox_event (event_type, payload, status, attempts, last_error)
          SELECT 'mail.welcome', '{}', CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'failed' END, 6,
@@ -945,4 +975,131 @@ async fn cli_requeue_dry_run_json_matches_the_text_and_a_large_run_asks_first(po
         .map(|(after, _)| serde_json::json!(after.0))
         .collect();
     assert_eq!(serde_json::Value::Array(changed), json["ids"]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_operator_roles_gate_destructive_commands_and_admin_repairs_are_audited(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status, attempts, last_error)
+         SELECT 'mail.welcome', '{}', 'failed', 6, 'smtp refused' FROM generate_series(1, 3)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let failed = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_event WHERE status = 'failed'")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+
+    // No operator yet: the command says how to make the first one, and changes nothing.
+    let out = outbox(&url, &["requeue", "--status", "failed"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("no operator exists yet: create the first admin with `outbox operator add NAME --role admin`"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = outbox(&url, &["operator", "add", "first", "--role", "viewer"]);
+    assert!(
+        cli_error(&out).contains("the first one must be an admin"),
+        "{}",
+        cli_error(&out)
+    );
+
+    let out = outbox(&url, &["operator", "add", "alice", "--role", "admin"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let admin = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(admin.starts_with("obx_"), "{admin}");
+    let stored: String =
+        sqlx::query_scalar("SELECT token_sha256 FROM outbox_operator WHERE name = 'alice'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_ne!(stored, admin, "only a hash of the token is stored");
+
+    // A later operator needs an admin's token.
+    let out = outbox(&url, &["operator", "add", "bob", "--role", "viewer"]);
+    assert!(
+        cli_error(&out).contains("needs an operator token with the admin role"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = outbox_as(
+        &url,
+        &admin,
+        &["operator", "add", "bob", "--role", "viewer"],
+    );
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let viewer = String::from_utf8(out.stdout).unwrap().trim().to_string();
+
+    // A viewer may read but not repair, and its refused requeue changes nothing.
+    let out = outbox_as(&url, &viewer, &["stats", "--json"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let out = outbox_as(&url, &viewer, &["requeue", "--status", "failed"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains(
+            "operator bob has the viewer role; `requeue` needs admin: nothing was changed"
+        ),
+        "{}",
+        cli_error(&out)
+    );
+    assert_eq!(failed().await, 3);
+    let out = outbox_as(&url, "obx_forged", &["stats"]);
+    assert!(cli_error(&out).contains("not valid"), "{}", cli_error(&out));
+
+    // An admin's requeue runs, and is in the audit trail with its filter and effect.
+    let out = outbox_as(
+        &url,
+        &admin,
+        &["requeue", "--status", "failed", "--dry-run"],
+    );
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let out = outbox_as(&url, &admin, &["requeue", "--status", "failed"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    assert_eq!(failed().await, 0);
+    let out = outbox_as(&url, &viewer, &["audit", "--json"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let audit: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let requeues: Vec<&serde_json::Value> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["command"] == "requeue")
+        .collect();
+    assert_eq!(requeues.len(), 2, "{audit}");
+    assert_eq!(requeues[0]["operator"], "alice");
+    assert_eq!(requeues[0]["dry_run"], false);
+    assert_eq!(requeues[0]["rows_affected"], 3);
+    assert_eq!(requeues[0]["arguments"]["filter"]["statuses"][0], "failed");
+    assert_eq!(requeues[1]["dry_run"], true);
+    let history_actor: String =
+        sqlx::query_scalar("SELECT DISTINCT actor FROM outbox_event_history")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(history_actor, "alice");
+
+    // Revoked, a token stops working; the last admin cannot be revoked.
+    let out = outbox_as(&url, &admin, &["operator", "revoke", "alice"]);
+    assert!(
+        cli_error(&out).contains("is the last admin"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = outbox_as(&url, &admin, &["operator", "revoke", "bob"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let out = outbox_as(&url, &viewer, &["stats"]);
+    assert!(
+        cli_error(&out).contains("not valid (unknown or revoked)"),
+        "{}",
+        cli_error(&out)
+    );
 }

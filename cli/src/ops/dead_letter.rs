@@ -1,8 +1,10 @@
-//! `outbox dead-letter list|replay|drop`.
+//! `outbox dead-letter list|replay|drop`: list needs a viewer operator, replay and drop an admin
+//! (and are written to the audit trail, dry runs too).
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 
 use outbox_host::config::Config;
+use outbox_host::store::Role;
 
 /// What `outbox dead-letter` does with the selected entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,14 @@ pub async fn dead_letters(
     dry_run: bool,
     json: bool,
 ) -> anyhow::Result<()> {
+    let pool = outbox_host::store::connect(&config.settings.database_url, 2).await?;
+    outbox_host::store::migrate(&pool).await?;
+    let (needed, command) = match action {
+        DeadLetterAction::List => (Role::Viewer, "dead-letter list"),
+        DeadLetterAction::Replay => (Role::Admin, "dead-letter replay"),
+        DeadLetterAction::Drop => (Role::Admin, "dead-letter drop"),
+    };
+    let operator = super::require(&pool, needed, command).await?;
     let queues: Vec<String> = match &selection.queue {
         Some(q) => vec![q.clone()],
         None => config.routes.handlers.keys().cloned().collect(),
@@ -71,6 +81,23 @@ pub async fn dead_letters(
             }
             done.push(letter.dead_letter_id.clone());
         }
+    }
+    if action != DeadLetterAction::List {
+        let arguments = serde_json::json!({
+            "queue": selection.queue,
+            "id": selection.id,
+            "event_id": selection.event_id,
+        });
+        let affected = if dry_run { letters.len() } else { done.len() };
+        outbox_host::store::record_audit(
+            &pool,
+            &operator,
+            command,
+            &arguments,
+            dry_run,
+            affected as u64,
+        )
+        .await?;
     }
     if json {
         out!(

@@ -1,17 +1,19 @@
 //! Ops: what operators run by hand — stats, routing explanations, the demo, plugin tools, dead
-//! letters and repairs of outbox rows (requeue, cancel).
+//! letters, repairs of outbox rows (requeue, cancel), operators and the audit trail.
 //!
 //! Owns the human-facing output of the CLI (tables, JSON, progress), one submodule per command
 //! family. It goes through the same library calls as the host (`outbox_host::publish`,
 //! `dispatch`, `store`, `receive`, `plugin`) and never writes SQL of its own: every query it
 //! needs is a function of `outbox_host::store`.
 
+mod access;
 mod dead_letter;
 mod demo;
 mod plugins;
 mod repair;
 mod stats;
 
+pub use access::{add_operator, list_operators, print_audit, require, revoke_operator};
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use plugins::*;

@@ -3,12 +3,13 @@
 //! Owns the human side of a repair: showing the plan (what changes, what is left alone and why,
 //! warnings), asking before a large change, the progress bar, and the text or JSON report. The
 //! rows are chosen and changed by `outbox_host::store::{plan_repair, apply_repair}`; a dry run
-//! shows the same plan a real run with the same arguments then carries out.
+//! shows the same plan a real run with the same arguments then carries out. Both need an admin
+//! operator, and each run (dry or not) is written to the audit trail.
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use outbox_host::config::Config;
-use outbox_host::store::{self, RepairAction, RepairPlan, RepairReport, RowFilter};
+use outbox_host::store::{self, RepairAction, RepairPlan, RepairReport, Role, RowFilter};
 
 /// How a repair runs.
 #[derive(Debug, Clone)]
@@ -43,14 +44,6 @@ struct RepairOutput<'a> {
     warnings: &'a [String],
 }
 
-/// Who the history rows name: the operator's login on this machine.
-fn actor() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    format!("{user}@{}", outbox_host::host::default_worker_id())
-}
-
 /// Run `outbox requeue` or `outbox cancel` with `filter`.
 pub async fn repair_rows(
     config: &Config,
@@ -60,6 +53,7 @@ pub async fn repair_rows(
 ) -> anyhow::Result<()> {
     let pool = store::connect(&config.settings.database_url, 2).await?;
     store::migrate(&pool).await?;
+    let operator = super::require(&pool, Role::Admin, action.as_str()).await?;
     let plan = store::plan_repair(
         &pool,
         action,
@@ -71,17 +65,31 @@ pub async fn repair_rows(
     if !options.json {
         describe_plan(&plan, options.dry_run);
     }
+    let arguments = serde_json::json!({ "filter": &filter, "limit": options.limit });
     let mut report = RepairReport::default();
     if !options.dry_run && !plan.ids.is_empty() {
         confirm(&plan, &options)?;
-        let detail = serde_json::json!({ "filter": &filter, "limit": options.limit });
         let bar = progress_bar(plan.ids.len() as u64, action, options.json);
-        report = store::apply_repair(&pool, &plan, &actor(), &detail, |done| {
+        report = store::apply_repair(&pool, &plan, &operator.name, &arguments, |done| {
             bar.set_position(done)
         })
         .await?;
         bar.finish_and_clear();
     }
+    let affected = if options.dry_run {
+        plan.ids.len() as u64
+    } else {
+        report.changed
+    };
+    store::record_audit(
+        &pool,
+        &operator,
+        action.as_str(),
+        &arguments,
+        options.dry_run,
+        affected,
+    )
+    .await?;
     if options.json {
         let output = RepairOutput {
             action,

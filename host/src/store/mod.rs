@@ -15,9 +15,11 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
+mod access;
 mod operator;
 mod repair;
 
+pub use access::*;
 pub use operator::*;
 pub use repair::*;
 

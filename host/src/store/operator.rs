@@ -100,7 +100,7 @@ pub async fn create_database_if_missing(pool: &PgPool, name: &str) -> Result<boo
 /// fresh start; never on a database a host is serving).
 pub async fn empty_outbox(pool: &PgPool) -> Result<(), StoreError> {
     sqlx::query(
-        "TRUNCATE outbox_event, outbox_delivery, outbox_worker, outbox_receipt RESTART IDENTITY",
+        "TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker, outbox_receipt RESTART IDENTITY",
     )
     .execute(pool)
     .await

@@ -51,7 +51,7 @@ pub(crate) async fn run(
     clear_redis(settings).await?;
     let small = measure(args, report, pool, args.claim_small, claimable).await?;
     let large = measure(args, report, pool, args.claim_large, claimable).await?;
-    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
         .execute(pool)
         .await
         .context("empty outbox_event after the claim-cost section")?;
@@ -119,7 +119,7 @@ async fn measure(
     claimable: i64,
 ) -> anyhow::Result<Case> {
     let filled = Instant::now();
-    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
         .execute(pool)
         .await
         .context("truncate outbox_event")?;

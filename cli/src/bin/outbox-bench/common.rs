@@ -137,7 +137,7 @@ pub(crate) async fn prepare_typed(
     events: i64,
     event_type: &str,
 ) -> anyhow::Result<()> {
-    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
         .execute(pool)
         .await
         .context("truncate the event tables")?;

@@ -91,7 +91,7 @@ pub(crate) async fn run(
         }
     };
     clear_redis(settings).await?;
-    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_worker RESTART IDENTITY")
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
         .execute(pool)
         .await
         .context("empty outbox_event after the rss section")?;
