@@ -107,6 +107,18 @@ enum Command {
         #[command(subcommand)]
         command: OperatorCommand,
     },
+    /// The life of one event: published, each attempt, each destination and its stream entry,
+    /// each handler's receipt, dead letters, and the events its handlers published (a tree).
+    Trace {
+        /// The event id.
+        id: i64,
+        /// Generations of child events shown.
+        #[arg(long, default_value_t = 5)]
+        depth: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the audit trail: who ran which destructive command, when, on what, with what effect.
     Audit {
         /// Newest entries shown.
@@ -530,6 +542,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 OperatorCommand::List { json } => ops::list_operators(&pool, json).await?,
                 OperatorCommand::Revoke { name } => ops::revoke_operator(&pool, &name).await?,
             }
+        }
+        Command::Trace { id, depth, json } => {
+            ops::print_trace(&load_config(&cli.config)?, id, depth, json).await?;
         }
         Command::Audit { limit, json } => {
             let config = load_config(&cli.config)?;

@@ -41,6 +41,7 @@ pub mod reconnect;
 pub mod routing;
 pub mod sink;
 pub mod store;
+pub mod trace;
 
 pub use host::{Host, HostBuilder, HostError};
 pub use publish::{publish, NewEvent, PublishError};

@@ -447,3 +447,54 @@ async fn a_drain_cut_off_from_redis_never_returns_with_rows_still_processing(poo
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 3000);
     env.cleanup().await;
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn every_failed_dispatch_attempt_is_in_the_event_history_with_its_host_and_error(
+    pool: PgPool,
+) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.max_retries = 1;
+    let id = env
+        .publish_all(vec![NewEvent::new("mail.welcome", json!({"to": "a@b.c"}))])
+        .await[0];
+    // A plain string where the stream should be makes every XADD fail.
+    let mut conn = env.redis.clone();
+    redis::cmd("SET")
+        .arg(format!("{}outbox.mail", env.prefix))
+        .arg("not a stream")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let dispatcher = env.dispatcher("history-w").await;
+    for _ in 0..2 {
+        dispatcher.drain().await.unwrap();
+        env.make_all_due().await;
+    }
+    assert_eq!(env.status(id).await.0, "failed");
+    let history = outbox_host::store::event_history(&env.pool, id)
+        .await
+        .unwrap();
+    let attempts: Vec<(&str, &str, i32, &str)> = history
+        .iter()
+        .map(|h| {
+            (
+                h.action.as_str(),
+                h.to_status.as_str(),
+                h.attempts,
+                h.actor.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("attempt", "pending", 1, "history-w"),
+            ("attempt", "failed", 2, "history-w")
+        ]
+    );
+    assert!(history.iter().all(|h| h
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("outbox.mail"))));
+    env.cleanup().await;
+}

@@ -885,3 +885,120 @@ async fn a_receipt_outlives_a_receiver_that_died_before_writing_it(pool: PgPool)
     .await;
     env.cleanup().await;
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn trace_of_a_workflow_trigger_shows_its_executions_and_their_executor_jobs(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let running = start(&env, &fixture, "tracer", true).await;
+    let trigger = env
+        .publish_all(vec![NewEvent::new(
+            "workflow.trigger.event",
+            json!({"trigger": "user.signed-up", "data": {"user": 7}}),
+        )])
+        .await[0];
+    // The trigger and its three executions each have a receipt once all is handled.
+    wait_for(
+        "4 receipts and 3 executor jobs",
+        Duration::from_secs(20),
+        async || {
+            let receipts: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_receipt")
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+            receipts >= 4 && env.entries("outbox.workflow-executor").await.len() >= 3
+        },
+    )
+    .await;
+
+    let tracer = outbox_host::trace::Tracer::connect(
+        env.pool.clone(),
+        &env.settings,
+        running.live.router.clone(),
+    )
+    .await
+    .unwrap();
+    let trace = tracer
+        .trace(trigger, 5)
+        .await
+        .unwrap()
+        .expect("the trigger exists");
+    assert_eq!(trace.event.event_type, "workflow.trigger.event");
+    assert_eq!(trace.event.status, "done");
+    let stream_of = |queue: &str, trace: &outbox_host::trace::EventTrace| {
+        let d = trace
+            .destinations
+            .iter()
+            .find(|d| d.queue == queue)
+            .unwrap_or_else(|| panic!("no destination {queue}: {:?}", trace.destinations));
+        assert_eq!(d.state, "handed off");
+        d.stream_id.clone().expect("the stream entry id")
+    };
+    let entry = stream_of("outbox.workflow", &trace);
+    assert!(
+        env.entries("outbox.workflow")
+            .await
+            .iter()
+            .any(|e| e["event_id"] == trigger.to_string()),
+        "{entry}"
+    );
+    assert_eq!(trace.receipts.len(), 1);
+    assert_eq!(
+        (
+            trace.receipts[0].handler.as_str(),
+            trace.receipts[0].result.as_str()
+        ),
+        ("workflow-trigger", "ok")
+    );
+    assert_eq!(
+        trace.children.len(),
+        3,
+        "one execution per enabled workflow"
+    );
+    let mut workflows = Vec::new();
+    for execution in &trace.children {
+        assert_eq!(execution.event.event_type, "workflow.execution.requested");
+        assert_eq!(
+            execution
+                .event
+                .dispatch_key
+                .as_deref()
+                .map(|k| k.starts_with(&format!("child:{trigger}:"))),
+            Some(true)
+        );
+        stream_of("outbox.workflow", execution);
+        assert_eq!(execution.receipts[0].result, "ok");
+        assert_eq!(execution.children.len(), 1, "each execution's executor job");
+        let job = &execution.children[0];
+        assert_eq!(job.event.event_type, "workflow.executor.job");
+        stream_of("outbox.workflow-executor", job);
+        assert!(
+            job.receipts.is_empty(),
+            "no handler is bound to the executor queue"
+        );
+        let payload: serde_json::Value = serde_json::from_str(
+            &outbox_host::store::event_payload(&env.pool, job.event.id)
+                .await
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        workflows.push(
+            payload["request"]["workflow_id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    workflows.sort();
+    assert_eq!(workflows, ["audit", "crm-sync", "welcome"]);
+
+    // Depth bounds the tree and says what it left out.
+    let shallow = tracer.trace(trigger, 0).await.unwrap().unwrap();
+    assert!(shallow.children.is_empty());
+    assert_eq!(shallow.children_cut, 3);
+    assert!(tracer.trace(i64::MAX, 5).await.unwrap().is_none());
+    running.stop().await;
+    env.cleanup().await;
+}

@@ -12,6 +12,7 @@ mod demo;
 mod plugins;
 mod repair;
 mod stats;
+mod trace;
 
 pub use access::{add_operator, list_operators, print_audit, require, revoke_operator};
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
@@ -19,3 +20,4 @@ pub use demo::run_demo;
 pub use plugins::*;
 pub use repair::{repair_rows, RepairOptions};
 pub use stats::{describe_settings, explain_route, print_stats};
+pub use trace::print_trace;

@@ -18,10 +18,12 @@ use sqlx::{PgPool, Row};
 mod access;
 mod operator;
 mod repair;
+mod trace;
 
 pub use access::*;
 pub use operator::*;
 pub use repair::*;
+pub use trace::*;
 
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -332,7 +334,9 @@ pub struct RecordedCounts {
 /// Record a batch's outcomes in one autocommitted statement (one round trip instead of a
 /// transaction of several): the fan-out deliveries' upsert, every `done` row (by `id = ANY`,
 /// the primary key), and the rest (retry, failed, released; joined with their errors and delays
-/// as arrays), each a data-modifying CTE over disjoint rows. Only rows still held under
+/// as arrays), each a data-modifying CTE over disjoint rows; a retried or failed attempt also
+/// gets an `outbox_event_history` row (host, error), a `done` one does not (the row is its
+/// record). Only rows still held under
 /// `claim`'s lease change (deliveries included), so running it again after an error is safe:
 /// what the first run committed is no longer held and is left alone (it then reads as "lease
 /// lost" in the counts).
@@ -407,7 +411,13 @@ pub async fn record_outcomes(
                  AS v(id, status, err, delay_s)
             WHERE e.id = v.id AND e.status = 'processing' AND e.claimed_by = $10
               AND e.claimed_at = $11
-            RETURNING v.status
+            RETURNING e.id, v.status, v.err, e.attempts
+        ),
+        attempted AS (
+            INSERT INTO outbox_event_history
+                (event_id, action, actor, from_status, to_status, attempts, last_error)
+            SELECT id, 'attempt', $10, 'processing', status, attempts, err
+            FROM other WHERE status IN ('pending', 'failed')
         )
         SELECT status, count(*) AS n
         FROM (SELECT status FROM done UNION ALL SELECT status FROM other) AS recorded
