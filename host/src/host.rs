@@ -194,6 +194,13 @@ impl HostBuilder {
             settings.worker_queue_group.clone(),
             shutdown.clone(),
         ));
+        // Every process may raise the alerts; one at a time does (an advisory lock).
+        tasks.spawn(crate::alerts::alerts_loop(
+            pool.clone(),
+            live.clone(),
+            settings.clone(),
+            shutdown.clone(),
+        ));
         if !settings.http_addr.is_empty() {
             tasks.spawn(crate::http::serve(
                 settings.http_addr.clone(),
@@ -318,6 +325,10 @@ async fn heartbeat_loop(
             tracing::warn!(error = %e, "heartbeat failed");
         }
         if crate::reconnect::sleep_or_shutdown(Duration::from_secs(10), &shutdown).await {
+            // A host that stops cleanly leaves the list of hosts (and is not reported dead).
+            if let Err(e) = store::forget_worker(&pool, &worker_id).await {
+                tracing::warn!(error = %e, "could not remove this host's heartbeat row");
+            }
             return;
         }
     }

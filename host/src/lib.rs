@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod alerts;
 pub mod capability;
 pub mod config;
 pub mod dispatch;

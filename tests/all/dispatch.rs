@@ -290,15 +290,21 @@ async fn embedded_host_dispatches_and_shuts_down(pool: PgPool) {
         assert!(start.elapsed() < Duration::from_secs(10));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::timeout(Duration::from_secs(10), host.shutdown())
-        .await
-        .expect("shutdown within grace");
-    let workers: i64 =
+    let workers = async || -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM outbox_worker WHERE id = 'embedded'")
             .fetch_one(&env.pool)
             .await
-            .unwrap();
-    assert_eq!(workers, 1, "heartbeat registered the worker");
+            .unwrap()
+    };
+    assert_eq!(workers().await, 1, "heartbeat registered the worker");
+    tokio::time::timeout(Duration::from_secs(10), host.shutdown())
+        .await
+        .expect("shutdown within grace");
+    assert_eq!(
+        workers().await,
+        0,
+        "a host that stops cleanly leaves the list of hosts (never reported dead)"
+    );
     assert_eq!(env.event_ids("outbox.audit").await, vec![id]);
     env.cleanup().await;
 }

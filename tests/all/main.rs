@@ -2,6 +2,7 @@
 //! (`DATABASE_URL`, a fresh database per test) and Redis (`REDIS_URL`, a key prefix per test).
 //! Each guarantee has a test named after it.
 
+mod alerts;
 mod blips;
 mod capabilities;
 mod claim;

@@ -645,6 +645,29 @@ declare_settings! {
             default: 60_000,
             adjust: |d: Duration| d.max(Duration::from_millis(100)),
         }
+        /// The pending-backlog alert: more than this many pending events older than 60 s ...
+        pending_alert_count: i64 {
+            env: "OUTBOX_PENDING_ALERT_COUNT",
+            file: pending_alert_count: i64,
+            kind: Number<i64>,
+            default: 1000,
+            adjust: |n: i64| n.max(0),
+        }
+        /// ... for at least this long fires it.
+        pending_alert_for: Duration {
+            env: "OUTBOX_PENDING_ALERT_FOR",
+            file: pending_alert_for_seconds: u64,
+            kind: Seconds,
+            default: 300,
+        }
+        /// How often the alerting host checks the alerts (at least 100 ms).
+        alert_interval: Duration {
+            env: "OUTBOX_ALERT_INTERVAL_MS",
+            file: alert_interval_ms: u64,
+            kind: Millis,
+            default: 15_000,
+            adjust: |d: Duration| d.max(Duration::from_millis(100)),
+        }
         /// Entries handled at once per queue (clamped to 1..=1024). Beyond its handler plugin's
         /// `max_concurrency`, entries wait for a call slot before their time limit starts.
         receiver_concurrency: usize {

@@ -499,6 +499,16 @@ pub async fn release_lost_claims(
     .rows_affected())
 }
 
+/// Remove `worker_id` from `outbox_worker` (a host stopping cleanly).
+pub async fn forget_worker(pool: &PgPool, worker_id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM outbox_worker WHERE id = $1")
+        .bind(worker_id)
+        .execute(pool)
+        .await
+        .context(format!("remove worker {worker_id}"))?;
+    Ok(())
+}
+
 /// Register or refresh this process in `outbox_worker`.
 pub async fn heartbeat(
     pool: &PgPool,

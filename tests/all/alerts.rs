@@ -1,0 +1,193 @@
+//! Alerts: each fires on a constructed situation and clears when it passes, one host at a time
+//! raises them, and a host killed without a goodbye is reported dead.
+
+use std::time::{Duration, Instant};
+
+use outbox_host::alerts::{observe, Alert, AlertBook, AlertChange, AlertLeader, AlertLimits};
+use outbox_host::queue::{QueueKeys, CONSUMER_GROUP};
+use outbox_tests::TestEnv;
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+const QUEUE: &str = "outbox.mail";
+const LEASE: Duration = Duration::from_millis(300);
+const LIMITS: AlertLimits = AlertLimits {
+    pending_count: 10,
+    pending_for: Duration::ZERO,
+};
+
+async fn redis() -> ConnectionManager {
+    ConnectionManager::new(redis::Client::open(outbox_tests::redis_url()).unwrap())
+        .await
+        .unwrap()
+}
+
+fn fired(changes: &[AlertChange]) -> Vec<Alert> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            AlertChange::Fired(a, _) => Some(*a),
+            AlertChange::Cleared(_) => None,
+        })
+        .collect()
+}
+
+fn cleared(changes: &[AlertChange]) -> Vec<Alert> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            AlertChange::Cleared(a) => Some(*a),
+            AlertChange::Fired(..) => None,
+        })
+        .collect()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn each_alert_fires_on_its_situation_and_clears_when_it_passes(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let keys = QueueKeys::new(env.prefix.clone());
+    let mut conn = redis().await;
+    let queues = vec![QUEUE.to_string()];
+    let mut book = AlertBook::default();
+    let watcher = conn.clone();
+    let check = async |book: &mut AlertBook| {
+        let seen = observe(&env.pool, &mut watcher.clone(), &keys, &queues, LEASE)
+            .await
+            .unwrap();
+        book.evaluate(seen, Instant::now(), LIMITS)
+    };
+    assert!(
+        check(&mut book).await.is_empty(),
+        "a quiet system raises nothing"
+    );
+
+    // Old pending events, failed ones, a dead letter, a stalled entry and a silent host.
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, created_at)
+         SELECT 'mail.welcome', '{}', now() - interval '2 minutes' FROM generate_series(1, 11)",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status) VALUES ('mail.welcome', '{}', 'failed')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(keys.dead_letter_stream(QUEUE))
+        .arg("*")
+        .arg("event_id")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let stream = keys.stream(QUEUE);
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg(CONSUMER_GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let entry: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("event_id")
+        .arg("2")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(CONSUMER_GROUP)
+        .arg("a-consumer-that-died")
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_worker (id, host_name, version, counters, last_seen)
+         VALUES ('killed-host', 'h', '0', '{}', now() - interval '2 minutes'),
+                ('live-host', 'h', '0', '{}', now()),
+                ('long-gone-host', 'h', '0', '{}', now() - interval '2 days')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+
+    let changes = check(&mut book).await;
+    assert_eq!(
+        fired(&changes),
+        [
+            Alert::PendingBacklog,
+            Alert::FailedGrowing,
+            Alert::DeadLettersGrowing,
+            Alert::StalledEntries,
+            Alert::DeadHost
+        ]
+    );
+    let firing = book.firing();
+    assert!(firing[&Alert::PendingBacklog].contains("11 pending events older than 60 s"));
+    assert!(firing[&Alert::StalledEntries].contains("outbox.mail: 1"));
+    assert!(
+        firing[&Alert::DeadHost].contains("killed-host")
+            && !firing[&Alert::DeadHost].contains("live-host")
+            && !firing[&Alert::DeadHost].contains("long-gone-host"),
+        "{}",
+        firing[&Alert::DeadHost]
+    );
+
+    // Each situation passes: the backlog drains, nothing more fails or dead-letters, the entry
+    // is acknowledged, the dead host is dealt with.
+    sqlx::query("UPDATE outbox_event SET status = 'done' WHERE status = 'pending'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("XACK")
+        .arg(&stream)
+        .arg(CONSUMER_GROUP)
+        .arg(&entry)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM outbox_worker WHERE id = 'killed-host'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let changes = check(&mut book).await;
+    assert_eq!(cleared(&changes), Alert::ALL);
+    assert!(book.firing().is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&stream)
+        .arg(keys.dead_letter_stream(QUEUE))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn one_host_at_a_time_raises_the_alerts_and_another_takes_over_when_it_goes(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let url = env.database_url().await;
+    let mut first = AlertLeader::new(url.as_str());
+    let mut second = AlertLeader::new(url.as_str());
+    assert!(first.hold().await.unwrap());
+    assert!(!second.hold().await.unwrap(), "the lock is taken");
+    assert!(first.hold().await.unwrap(), "still the alerting host");
+    assert!(!second.hold().await.unwrap());
+    drop(first); // its connection closes, and the lock goes with it
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !second.hold().await.unwrap() {
+        assert!(Instant::now() < deadline, "nobody took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.cleanup().await;
+}
