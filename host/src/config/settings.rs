@@ -653,10 +653,10 @@ declare_settings! {
             default: 1000,
             adjust: |n: i64| n.max(0),
         }
-        /// ... for at least this long fires it.
+        /// ... for at least this long (seconds) fires it.
         pending_alert_for: Duration {
             env: "OUTBOX_PENDING_ALERT_FOR",
-            file: pending_alert_for_seconds: u64,
+            file: pending_alert_for: u64,
             kind: Seconds,
             default: 300,
         }
