@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
@@ -329,15 +330,15 @@ fn report(changes: &[AlertChange]) {
 
 /// This host's claim to raise the alerts: [`ALERT_LOCK`] held on a connection of its own.
 pub struct AlertLeader {
-    database_url: String,
+    options: PgConnectOptions,
     conn: Option<PgConnection>,
 }
 
 impl AlertLeader {
-    /// Not holding the lock yet.
-    pub fn new(database_url: impl Into<String>) -> Self {
+    /// Not holding the lock yet; contends on the database `pool` connects to.
+    pub fn for_pool(pool: &PgPool) -> Self {
         Self {
-            database_url: database_url.into(),
+            options: (*pool.connect_options()).clone(),
             conn: None,
         }
     }
@@ -352,7 +353,7 @@ impl AlertLeader {
             }
             self.conn = None;
         }
-        let mut c = PgConnection::connect(&self.database_url).await?;
+        let mut c = PgConnection::connect_with(&self.options).await?;
         let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(ALERT_LOCK)
             .fetch_one(&mut c)
@@ -376,7 +377,7 @@ pub async fn alerts_loop(
         pending_count: settings.pending_alert_count,
         pending_for: settings.pending_alert_for,
     };
-    let mut leader = AlertLeader::new(settings.database_url.as_str());
+    let mut leader = AlertLeader::for_pool(&pool);
     let mut redis: Option<ConnectionManager> = None;
     let mut book = AlertBook::default();
     loop {

@@ -176,9 +176,8 @@ async fn each_alert_fires_on_its_situation_and_clears_when_it_passes(pool: PgPoo
 #[sqlx::test(migrations = "../migrations")]
 async fn one_host_at_a_time_raises_the_alerts_and_another_takes_over_when_it_goes(pool: PgPool) {
     let env = TestEnv::new(pool).await;
-    let url = env.database_url().await;
-    let mut first = AlertLeader::new(url.as_str());
-    let mut second = AlertLeader::new(url.as_str());
+    let mut first = AlertLeader::for_pool(&env.pool);
+    let mut second = AlertLeader::for_pool(&env.pool);
     assert!(first.hold().await.unwrap());
     assert!(!second.hold().await.unwrap(), "the lock is taken");
     assert!(first.hold().await.unwrap(), "still the alerting host");
