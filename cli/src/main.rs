@@ -231,6 +231,8 @@ enum DeadLetterCommand {
         /// Show what would be replayed, change nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        everything: EveryDeadLetter,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -242,10 +244,23 @@ enum DeadLetterCommand {
         /// Show what would be dropped, change nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        everything: EveryDeadLetter,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Replaying or dropping every dead letter needs saying so.
+#[derive(clap::Args)]
+struct EveryDeadLetter {
+    /// Every dead letter of every handler-bound queue (required when no filter is given).
+    #[arg(long)]
+    all: bool,
+    /// With --all: do not ask first.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// Which dead letters a command applies to.
@@ -421,6 +436,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut config = load_config(&cli.config)?;
             if queue_group.is_some() {
                 config.settings.worker_queue_group = queue_group;
+            }
+            if let Some(group) = &config.settings.worker_queue_group {
+                if !config.routes.queue_groups.contains_key(group) {
+                    let known: Vec<&str> = config
+                        .routes
+                        .queue_groups
+                        .keys()
+                        .map(String::as_str)
+                        .collect();
+                    anyhow::bail!(
+                        "unknown queue group {group:?}: routes.toml has {}",
+                        if known.is_empty() {
+                            "no [queue_groups]".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    );
+                }
             }
             let shutdown = CancellationToken::new();
             tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -600,25 +633,45 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plugins { command } => run_plugins(command, &cli.config).await?,
         Command::DeadLetter { command } => {
             let config = load_config(&cli.config)?;
-            let (filter, action, dry_run, json) = match command {
+            let no_all = || EveryDeadLetter {
+                all: false,
+                yes: false,
+            };
+            let (filter, action, dry_run, json, everything) = match command {
                 DeadLetterCommand::List { filter, json } => {
-                    (filter, ops::DeadLetterAction::List, true, json)
+                    (filter, ops::DeadLetterAction::List, true, json, no_all())
                 }
                 DeadLetterCommand::Replay {
                     filter,
                     dry_run,
+                    everything,
                     json,
-                } => (filter, ops::DeadLetterAction::Replay, dry_run, json),
+                } => (
+                    filter,
+                    ops::DeadLetterAction::Replay,
+                    dry_run,
+                    json,
+                    everything,
+                ),
                 DeadLetterCommand::Drop {
                     filter,
                     dry_run,
+                    everything,
                     json,
-                } => (filter, ops::DeadLetterAction::Drop, dry_run, json),
+                } => (
+                    filter,
+                    ops::DeadLetterAction::Drop,
+                    dry_run,
+                    json,
+                    everything,
+                ),
             };
             let selection = ops::DeadLetterSelection {
                 queue: filter.queue,
                 id: filter.id,
                 event_id: filter.event,
+                all: everything.all,
+                yes: everything.yes,
             };
             ops::dead_letters(&config, &selection, action, dry_run, json).await?;
         }

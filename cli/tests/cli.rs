@@ -1103,3 +1103,102 @@ async fn cli_operator_roles_gate_destructive_commands_and_admin_repairs_are_audi
         cli_error(&out)
     );
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_dead_letter_drop_without_a_filter_needs_all_and_unknown_names_are_errors(
+    pool: PgPool,
+) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let token = outbox_host::store::add_operator(&pool, "dl-admin", Role::Admin, "test")
+        .await
+        .unwrap();
+    let prefix = format!("cli-dl-all-{}:", std::process::id());
+    let client = redis::Client::open(
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into()),
+    )
+    .unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let dead = format!("{prefix}outbox.workflow.dead-letter");
+    for event in ["51", "52"] {
+        let _: String = redis::cmd("XADD")
+            .arg(&dead)
+            .arg("*")
+            .arg("event_id")
+            .arg(event)
+            .arg("event_type")
+            .arg("workflow.trigger.event")
+            .arg("error")
+            .arg("boom")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .args(args)
+            .env(
+                "OUTBOX_CONFIG",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../routes.toml"),
+            )
+            .env("OUTBOX_REDIS_PREFIX", &prefix)
+            .env("DATABASE_URL", &url)
+            .env("OUTBOX_OPERATOR_TOKEN", &token)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let len = async |conn: &mut redis::aio::MultiplexedConnection| xlen(conn, &dead).await;
+
+    let out = run(&["dead-letter", "drop"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("add --all to mean it"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = run(&["dead-letter", "drop", "--all"]);
+    assert!(!out.status.success(), "no terminal to ask on and no --yes");
+    assert!(
+        cli_error(&out).contains("--all would change 2 dead letters: add --yes"),
+        "{}",
+        cli_error(&out)
+    );
+    assert_eq!(len(&mut conn).await, 2, "nothing dropped");
+
+    let out = run(&["dead-letter", "list", "--queue", "nope.nope"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("unknown queue \"nope.nope\"")
+            && cli_error(&out).contains("outbox.workflow"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = run(&["dead-letter", "drop", "--event", "99999"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("no dead letter matches event 99999"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = run(&["run", "--queue-group", "nope"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("unknown queue group \"nope\": routes.toml has")
+            && cli_error(&out).contains("general"),
+        "{}",
+        cli_error(&out)
+    );
+
+    let out = run(&["dead-letter", "drop", "--all", "--yes"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    assert_eq!(len(&mut conn).await, 0);
+    let _: () = redis::cmd("DEL")
+        .arg(&dead)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}

@@ -26,6 +26,17 @@ pub struct DeadLetterSelection {
     pub id: Option<String>,
     /// One outbox event id.
     pub event_id: Option<i64>,
+    /// Replay or drop with no filter: every dead letter (required then).
+    pub all: bool,
+    /// With `all`: do not ask first.
+    pub yes: bool,
+}
+
+impl DeadLetterSelection {
+    /// Whether any filter narrows the selection.
+    fn filtered(&self) -> bool {
+        self.queue.is_some() || self.id.is_some() || self.event_id.is_some()
+    }
 }
 
 /// `outbox dead-letter list|replay|drop`: select dead letters, then show, replay or drop them
@@ -45,11 +56,35 @@ pub async fn dead_letters(
         DeadLetterAction::Drop => (Role::Admin, "dead-letter drop"),
     };
     let operator = super::require(&pool, needed, command).await?;
-    let queues: Vec<String> = match &selection.queue {
-        Some(q) => vec![q.clone()],
-        None => config.routes.handlers.keys().cloned().collect(),
-    };
+    if action != DeadLetterAction::List && !selection.filtered() && !selection.all {
+        anyhow::bail!(
+            "{command} without --queue, --id or --event applies to every dead letter of every queue: add --all to mean it (nothing was changed)"
+        );
+    }
     let store = outbox_host::receive::DeadLetters::connect(&config.settings).await?;
+    let handler_queues: Vec<String> = config.routes.handlers.keys().cloned().collect();
+    let queues: Vec<String> = match &selection.queue {
+        Some(q) => {
+            // A queue no longer bound to a handler may still hold dead letters; any other
+            // unknown name is a mistake.
+            let known = handler_queues.contains(q)
+                || config
+                    .routes
+                    .route_table()
+                    .rules()
+                    .iter()
+                    .any(|r| r.queues.contains(q))
+                || !store.list(std::slice::from_ref(q)).await?.is_empty();
+            if !known {
+                anyhow::bail!(
+                    "unknown queue {q:?}: no route or handler names it and it has no dead letters; handler-bound queues: {}",
+                    handler_queues.join(", ")
+                );
+            }
+            vec![q.clone()]
+        }
+        None => handler_queues,
+    };
     let letters: Vec<outbox_host::receive::DeadLetter> = store
         .list(&queues)
         .await?
@@ -62,6 +97,28 @@ pub async fn dead_letters(
         })
         .filter(|l| selection.event_id.is_none_or(|e| l.event_id == Some(e)))
         .collect();
+    if action != DeadLetterAction::List && letters.is_empty() && selection.filtered() {
+        anyhow::bail!(
+            "no dead letter matches{}{}{} (nothing was changed)",
+            selection
+                .queue
+                .as_deref()
+                .map(|q| format!(" queue {q}"))
+                .unwrap_or_default(),
+            selection
+                .id
+                .as_deref()
+                .map(|i| format!(" id {i}"))
+                .unwrap_or_default(),
+            selection
+                .event_id
+                .map(|e| format!(" event {e}"))
+                .unwrap_or_default()
+        );
+    }
+    if action != DeadLetterAction::List && !dry_run && selection.all && !selection.yes {
+        confirm_every(command, letters.len())?;
+    }
     let mut done = Vec::new();
     if !dry_run {
         for letter in &letters {
@@ -157,6 +214,25 @@ pub async fn dead_letters(
                 "dropped"
             }
         ),
+    }
+    Ok(())
+}
+
+/// Ask before replaying or dropping every dead letter (`--all` without `--yes`); without a
+/// terminal to ask on, refuse and say how to go on.
+fn confirm_every(command: &str, count: usize) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "{command} --all would change {count} dead letters: add --yes to go on (nothing was changed)"
+        );
+    }
+    eprint!("{command}: {count} dead letters. Type 'yes' to go on: ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if answer.trim() != "yes" {
+        anyhow::bail!("{command} not confirmed: nothing was changed");
     }
     Ok(())
 }
