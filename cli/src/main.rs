@@ -394,6 +394,22 @@ enum RoutesCommand {
     },
 }
 
+/// The config of a command that does not route events: a routes file that cannot be read or
+/// is invalid is a warning, and the command goes on with settings from the environment and
+/// defaults (no routes, no handlers), so the operator still has `publish`, `stats`,
+/// `dead-letter`, `config` and friends while the running host keeps its last good config.
+fn load_config_or_environment(path: &Option<PathBuf>) -> anyhow::Result<Config> {
+    match load_config(path) {
+        Ok(config) => Ok(config),
+        Err(e) => {
+            eprintln!(
+                "warning: {e:#}\nwarning: going on with settings from the environment and defaults only (this command does not route events; a running host keeps its last good config)"
+            );
+            Ok(Config::environment_only()?)
+        }
+    }
+}
+
 fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
     Ok(match path {
         Some(p) => Config::load(p)?,
@@ -423,7 +439,7 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             out!("migrations applied");
@@ -513,7 +529,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             headers,
             ordering_key,
         } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let payload = read_payload_arg(&payload)?;
             let payload: serde_json::Value = serde_json::from_str(&payload).with_context(|| {
                 format!("--payload is not valid JSON: {:?}", abbreviate(&payload))
@@ -546,24 +562,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Demo => ops::run_demo(load_config(&cli.config)?).await?,
         Command::Requeue { filter, options } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let action = store::RepairAction::Requeue;
             ops::repair_rows(&config, action, filter.into(), options.into()).await?;
         }
         Command::Cancel { filter, options } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let action = store::RepairAction::Cancel;
             ops::repair_rows(&config, action, filter.into(), options.into()).await?;
         }
         Command::Stats { json } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             ops::require(&pool, store::Role::Viewer, "stats").await?;
             ops::print_stats(&pool, json).await?;
         }
         Command::Operator { command } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             match command {
@@ -580,7 +596,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ops::print_trace(&load_config(&cli.config)?, id, depth, json).await?;
         }
         Command::Audit { limit, json } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             ops::print_audit(&pool, limit, json).await?;
@@ -619,7 +635,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         },
         Command::Config => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             out!(
                 "# routes file: {}",
                 config
@@ -632,7 +648,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Plugins { command } => run_plugins(command, &cli.config).await?,
         Command::DeadLetter { command } => {
-            let config = load_config(&cli.config)?;
+            let config = load_config_or_environment(&cli.config)?;
             let no_all = || EveryDeadLetter {
                 all: false,
                 yes: false,
@@ -682,7 +698,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> anyhow::Result<()> {
     match command {
         PluginsCommand::List { json } => {
-            ops::print_plugins(&load_config(config_path)?, json).await?;
+            ops::print_plugins(&load_config_or_environment(config_path)?, json).await?;
         }
         PluginsCommand::Check { file } => {
             out!("{}", blocking(move || ops::check_plugin_file(&file)).await?);

@@ -1202,3 +1202,54 @@ async fn cli_dead_letter_drop_without_a_filter_needs_all_and_unknown_names_are_e
         .await
         .unwrap();
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_commands_that_do_not_route_go_on_with_a_broken_routes_file(pool: PgPool) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let token = outbox_host::store::add_operator(&pool, "broken-cfg", Role::Admin, "test")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("routes.toml");
+    std::fs::write(&broken, "[routes\n\"mail.\" = ").unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .env("OUTBOX_CONFIG", &broken)
+            .env("OUTBOX_OPERATOR_TOKEN", &token)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["publish", "mail.welcome", "--payload", "{\"to\":\"a@b.c\"}"][..],
+        &["stats", "--json"],
+        &["config"],
+        &["dead-letter", "list", "--queue", "outbox.mail", "--json"],
+        &["requeue", "--status", "failed", "--dry-run"],
+    ] {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {}", cli_error(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("warning:")
+                && stderr.contains("going on with settings from the environment"),
+            "{args:?} warns about the broken file: {stderr}"
+        );
+    }
+    assert_eq!(count(&pool).await, 1, "the publish went through");
+    // Commands that route still refuse a broken file.
+    let out = run(&["routes", "which", "mail.welcome"]);
+    assert!(!out.status.success());
+    let out = run(&["dead-letter", "list"]);
+    assert!(
+        cli_error(&out).contains("no handler-bound queue is known"),
+        "{}",
+        cli_error(&out)
+    );
+}

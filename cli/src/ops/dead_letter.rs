@@ -67,7 +67,10 @@ pub async fn dead_letters(
         Some(q) => {
             // A queue no longer bound to a handler may still hold dead letters; any other
             // unknown name is a mistake.
-            let known = handler_queues.contains(q)
+            // Without any routes (the routes file could not be read) nothing can be judged.
+            let nothing_known = handler_queues.is_empty() && config.routes.route_table().rules().is_empty();
+            let known = nothing_known
+                || handler_queues.contains(q)
                 || config
                     .routes
                     .route_table()
@@ -83,6 +86,9 @@ pub async fn dead_letters(
             }
             vec![q.clone()]
         }
+        None if handler_queues.is_empty() => anyhow::bail!(
+            "no handler-bound queue is known (the routes file binds none, or could not be read): give --queue"
+        ),
         None => handler_queues,
     };
     let letters: Vec<outbox_host::receive::DeadLetter> = store

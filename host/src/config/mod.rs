@@ -564,6 +564,17 @@ impl Config {
         Ok(config)
     }
 
+    /// No routes at all, settings from the environment and defaults only: what commands that
+    /// do not route fall back to when the routes file cannot be used (see the CLI), so a broken
+    /// `routes.toml` does not stop `publish`, `stats` or `dead-letter list`.
+    pub fn environment_only() -> Result<Self, ConfigError> {
+        Ok(Self {
+            path: None,
+            routes: RoutesFile::default(),
+            settings: Settings::resolve(&FileSettings::default())?,
+        })
+    }
+
     /// The built-in default `routes.toml` with the environment applied.
     pub fn builtin() -> Result<Self, ConfigError> {
         let routes = RoutesFile::parse(DEFAULT_ROUTES_TOML, Path::new("<built-in routes.toml>"))?;
