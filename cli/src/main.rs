@@ -65,6 +65,18 @@ enum Command {
         /// Ordering key (same rule as the dispatch key).
         #[arg(long)]
         ordering_key: Option<String>,
+        /// Payload schema version (>= 1).
+        #[arg(long, default_value_t = 1)]
+        event_version: i32,
+        /// Dispatch no sooner than this many seconds from now.
+        #[arg(long, conflicts_with = "available_at")]
+        delay: Option<u64>,
+        /// Dispatch no sooner than this time (RFC 3339, e.g. 2026-12-01T08:00:00Z).
+        #[arg(long)]
+        available_at: Option<chrono::DateTime<chrono::Utc>>,
+        /// Print `{"id", "inserted", "dispatch_key"}` instead of the id.
+        #[arg(long)]
+        json: bool,
     },
     /// Migrate, publish a few hundred demo events, dispatch them and show what went where.
     Demo,
@@ -528,6 +540,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             dispatch_key,
             headers,
             ordering_key,
+            event_version,
+            delay,
+            available_at,
+            json,
         } => {
             let config = load_config_or_environment(&cli.config)?;
             let payload = read_payload_arg(&payload)?;
@@ -550,15 +566,46 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(k) = ordering_key {
                 event = event.with_ordering_key(k);
             }
+            event = event.with_version(event_version);
+            let delay = delay
+                .map(|s| {
+                    chrono::Duration::try_seconds(i64::try_from(s).unwrap_or(i64::MAX))
+                        .and_then(|d| chrono::Utc::now().checked_add_signed(d))
+                        .ok_or_else(|| anyhow::anyhow!("--delay {s} is too far in the future"))
+                })
+                .transpose()?;
+            if let Some(at) = delay.or(available_at) {
+                event = event.with_available_at(at);
+            }
+            let dispatch_key = event.dispatch_key.clone();
             // Validate before touching the database so bad input never needs a connection.
             publish::validate(&event, config.settings.max_payload_bytes)?;
             let pool = store::connect(&config.settings.database_url, 1).await?;
             store::migrate(&pool).await?;
             let mut tx = pool.begin().await?;
-            let id = publish::publish_with_limit(&mut tx, event, config.settings.max_payload_bytes)
-                .await?;
+            let published =
+                publish::publish_reporting(&mut tx, event, config.settings.max_payload_bytes)
+                    .await?;
             tx.commit().await?;
-            out!("{id}");
+            if json {
+                out!(
+                    "{}",
+                    serde_json::json!({
+                        "id": published.id,
+                        "inserted": published.inserted,
+                        "dispatch_key": dispatch_key,
+                    })
+                );
+            } else {
+                out!("{}", published.id);
+                if !published.inserted {
+                    eprintln!(
+                        "event {} already existed under dispatch key {}: nothing new was written",
+                        published.id,
+                        dispatch_key.as_deref().unwrap_or_default()
+                    );
+                }
+            }
         }
         Command::Demo => ops::run_demo(load_config(&cli.config)?).await?,
         Command::Requeue { filter, options } => {

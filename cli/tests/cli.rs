@@ -1253,3 +1253,79 @@ async fn cli_commands_that_do_not_route_go_on_with_a_broken_routes_file(pool: Pg
         cli_error(&out)
     );
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_publish_sets_delay_and_version_says_whether_it_inserted_and_refuses_an_empty_tenant(
+    pool: PgPool,
+) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let publish = |extra: &[&str]| {
+        let mut args = vec!["publish", "mail.welcome", "--payload", "{\"to\":\"a@b.c\"}"];
+        args.extend_from_slice(extra);
+        outbox(&url, &args)
+    };
+    let out = publish(&[
+        "--dispatch-key",
+        "welcome:1",
+        "--delay",
+        "3600",
+        "--event-version",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let first: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(first["inserted"], true);
+    assert_eq!(first["dispatch_key"], "welcome:1");
+    let (version, delayed): (i32, bool) = sqlx::query_as(
+        "SELECT event_version, available_at > now() + interval '3500 seconds' FROM outbox_event WHERE id = $1",
+    )
+    .bind(first["id"].as_i64().unwrap())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((version, delayed), (2, true));
+
+    let again = publish(&["--dispatch-key", "welcome:1", "--json"]);
+    assert!(again.status.success(), "{}", cli_error(&again));
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        (again["id"].clone(), again["inserted"].clone()),
+        (first["id"].clone(), false.into())
+    );
+    let text = publish(&["--dispatch-key", "welcome:1"]);
+    assert!(String::from_utf8_lossy(&text.stderr)
+        .contains("already existed under dispatch key welcome:1"));
+
+    let at = publish(&["--available-at", "2030-01-01T00:00:00Z"]);
+    assert!(at.status.success(), "{}", cli_error(&at));
+
+    // An empty tenant is refused the same way by the CLI, the Rust API and the SQL function.
+    let rule = "tenant_id of mail.welcome must not be empty (leave it out for no tenant)";
+    let cli = publish(&["--tenant", ""]);
+    assert!(!cli.status.success());
+    assert!(cli_error(&cli).contains(rule), "{}", cli_error(&cli));
+    let mut tx = pool.begin().await.unwrap();
+    let rust = outbox_host::publish(
+        &mut tx,
+        outbox_host::NewEvent::new("mail.welcome", serde_json::json!({})).with_tenant(""),
+    )
+    .await
+    .unwrap_err();
+    assert!(rust.to_string().contains(rule), "{rust}");
+    drop(tx);
+    let sql = sqlx::query("SELECT outbox_publish('mail.welcome', '{}'::jsonb, '')")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(sql.to_string().contains(rule), "{sql}");
+    assert_eq!(
+        count(&pool).await,
+        2,
+        "nothing written by the refused calls"
+    );
+}

@@ -49,6 +49,17 @@ pub struct NewEvent {
     pub ordering_key: Option<String>,
     /// Payload schema version (>= 1).
     pub event_version: i32,
+    /// Not dispatched before this time (`None`: at once).
+    pub available_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// What [`publish_reporting`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Published {
+    /// The event's id.
+    pub id: i64,
+    /// `false` when its dispatch key already named the same event (nothing was written).
+    pub inserted: bool,
 }
 
 impl NewEvent {
@@ -62,7 +73,14 @@ impl NewEvent {
             headers: serde_json::Value::Object(Default::default()),
             ordering_key: None,
             event_version: 1,
+            available_at: None,
         }
+    }
+
+    /// Hold the event back until `at` (it is dispatched from then on).
+    pub fn with_available_at(mut self, at: chrono::DateTime<chrono::Utc>) -> Self {
+        self.available_at = Some(at);
+        self
     }
 
     /// Set the tenant.
@@ -243,6 +261,12 @@ pub(crate) fn validate_as(
             event_type: event.event_type.clone(),
         });
     }
+    if event.tenant_id.as_deref() == Some("") {
+        return Err(PublishError::InvalidField(format!(
+            "tenant_id of {} must not be empty (leave it out for no tenant)",
+            event.event_type
+        )));
+    }
     if event.event_version < 1 {
         return Err(PublishError::InvalidField(format!(
             "event_version of {} must be >= 1, got {}",
@@ -301,6 +325,27 @@ pub(crate) async fn publish_as(
     max_payload_bytes: usize,
     publisher: Publisher,
 ) -> Result<i64, PublishError> {
+    publish_reported_as(tx, event, max_payload_bytes, publisher)
+        .await
+        .map(|p| p.id)
+}
+
+/// [`publish_with_limit`], saying whether the event was written or its dispatch key already
+/// named the same event.
+pub async fn publish_reporting(
+    tx: &mut Transaction<'_, Postgres>,
+    event: NewEvent,
+    max_payload_bytes: usize,
+) -> Result<Published, PublishError> {
+    publish_reported_as(tx, event, max_payload_bytes, Publisher::Producer).await
+}
+
+async fn publish_reported_as(
+    tx: &mut Transaction<'_, Postgres>,
+    event: NewEvent,
+    max_payload_bytes: usize,
+    publisher: Publisher,
+) -> Result<Published, PublishError> {
     validate_as(&event, max_payload_bytes, publisher)?;
     let db_err = |source| PublishError::Database {
         event_type: event.event_type.clone(),
@@ -309,8 +354,9 @@ pub(crate) async fn publish_as(
     let inserted: Option<i64> = sqlx::query_scalar(
         r#"
         INSERT INTO outbox_event
-            (event_type, payload, tenant_id, dispatch_key, headers, ordering_key, event_version)
-        VALUES ($1, $2, $3, $4, $5, $6, $7)
+            (event_type, payload, tenant_id, dispatch_key, headers, ordering_key, event_version,
+             available_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8, now()))
         ON CONFLICT (dispatch_key) DO NOTHING
         RETURNING id
         "#,
@@ -322,11 +368,12 @@ pub(crate) async fn publish_as(
     .bind(&event.headers)
     .bind(&event.ordering_key)
     .bind(event.event_version)
+    .bind(event.available_at)
     .fetch_optional(&mut **tx)
     .await
     .map_err(db_err)?;
     if let Some(id) = inserted {
-        return Ok(id);
+        return Ok(Published { id, inserted: true });
     }
     // The key names an event already: the same one only if type, tenant and payload match
     // (jsonb equality: key order and spacing do not count).
@@ -354,7 +401,10 @@ pub(crate) async fn publish_as(
     .map(|(_, what)| what)
     .collect();
     if differs.is_empty() {
-        Ok(existing_id)
+        Ok(Published {
+            id: existing_id,
+            inserted: false,
+        })
     } else {
         Err(PublishError::DispatchKeyConflict {
             key: event.dispatch_key.unwrap_or_default(),
