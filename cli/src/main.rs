@@ -422,6 +422,36 @@ fn load_config_or_environment(path: &Option<PathBuf>) -> anyhow::Result<Config> 
     }
 }
 
+/// Why an event of `event_type` would fail with "no route matched", if the routes file's table
+/// has no rule for it and no `[router.overrides]` prefix could send it to a router plugin.
+fn no_route_warning(config: &Config, event_type: &str) -> Option<String> {
+    if config.path.is_none() && config.routes.routes.is_empty() {
+        return None; // no routes known (the routes file could not be read): nothing to judge
+    }
+    let table = config.routes.route_table();
+    if !matches!(
+        table.route(event_type),
+        outbox_host::routing::RouteDecision::NoRoute(_)
+    ) {
+        return None;
+    }
+    let overridden = config
+        .routes
+        .router
+        .overrides
+        .keys()
+        .any(|prefix| event_type.starts_with(prefix.as_str()));
+    match config.routes.router.plugin.as_str() {
+        "native" if !overridden => Some(format!(
+            "no route matches {event_type}: the event will be stored, then fail at dispatch with \"no route matched\" (add a [routes] rule, or check `outbox routes which {event_type}`)"
+        )),
+        "native" => None,
+        plugin => (!overridden).then(|| format!(
+            "no [routes] rule matches {event_type}; unless the router plugin {plugin} routes it, the event will fail at dispatch (check `outbox routes which {event_type}`)"
+        )),
+    }
+}
+
 fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
     Ok(match path {
         Some(p) => Config::load(p)?,
@@ -432,6 +462,8 @@ fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
+        // Colours only for a person at a terminal, never in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,sqlx=warn".into()),
@@ -580,6 +612,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let dispatch_key = event.dispatch_key.clone();
             // Validate before touching the database so bad input never needs a connection.
             publish::validate(&event, config.settings.max_payload_bytes)?;
+            if let Some(warning) = no_route_warning(&config, &event.event_type) {
+                eprintln!("warning: {warning}");
+            }
             let pool = store::connect(&config.settings.database_url, 1).await?;
             store::migrate(&pool).await?;
             let mut tx = pool.begin().await?;
@@ -658,6 +693,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 routes
                     .check_receiver_lease(settings.receiver_lease)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                for (queue, handler) in &routes.handlers {
+                    let groups: Vec<&str> = routes
+                        .queue_groups
+                        .iter()
+                        .filter(|(_, queues)| queues.contains(queue))
+                        .map(|(group, _)| group.as_str())
+                        .collect();
+                    if groups.is_empty() && !routes.queue_groups.is_empty() {
+                        eprintln!(
+                            "warning: {queue} is bound to handler {handler} but no queue group lists it: only hosts run without --queue-group consume it"
+                        );
+                    }
+                }
                 out!(
                     "{}: ok ({} routes, {} queue groups, {} plugins)",
                     path.display(),

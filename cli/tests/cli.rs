@@ -1329,3 +1329,52 @@ async fn cli_publish_sets_delay_and_version_says_whether_it_inserted_and_refuses
         "nothing written by the refused calls"
     );
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_publish_warns_when_no_route_matches_and_routes_check_warns_about_ungrouped_handler_queues(
+    pool: PgPool,
+) {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let url = database_url(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let routes = dir.path().join("routes.toml");
+    std::fs::write(
+        &routes,
+        "[routes]\n\"mail.\" = \"outbox.mail\"\n\"audit.\" = \"outbox.audit\"\n\n[router]\nplugin = \"native\"\n\n\
+         [handlers]\n\"outbox.mail\" = \"echo\"\n\"outbox.audit\" = \"echo\"\n\n\
+         [queue_groups]\ngeneral = [\"outbox.mail\"]\n\n[policy]\nplugin = \"deny-all\"\n\n[plugins.echo]\nfile = \"test/echo-handler.wasm\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .env("OUTBOX_CONFIG", &routes)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["publish", "nowhere.at-all", "--payload", "{}"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.contains("warning: no route matches nowhere.at-all: the event will be stored, then fail at dispatch"),
+        "{stderr}"
+    );
+    let out = run(&["publish", "mail.welcome", "--payload", "{}"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    assert!(!text(&out).1.contains("warning"), "{}", text(&out).1);
+
+    let out = run(&["routes", "check"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr
+            .contains("warning: outbox.audit is bound to handler echo but no queue group lists it")
+            && !stderr.contains("outbox.mail is bound"),
+        "{stderr}"
+    );
+}
