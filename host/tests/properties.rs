@@ -156,6 +156,7 @@ fn event_meets_the_rules(event: &NewEvent, max_payload_bytes: usize) -> bool {
         && event.payload.is_object()
         && payload_bytes <= max_payload_bytes
         && event.headers.is_object()
+        && event.tenant_id.as_deref() != Some("")
         && event.event_version >= 1
         && event.dispatch_key.as_deref().is_none_or(is_key)
         && event.ordering_key.as_deref().is_none_or(is_key)
