@@ -719,9 +719,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let config = load_config(&cli.config)?;
                 let live = outbox_host::live_config::LiveConfig::start(&config).await?;
                 let router = live.router.current();
-                let explanation =
-                    blocking(move || Ok(ops::explain_route(router.as_ref().as_ref(), &event_type)))
-                        .await?;
+                let routes = config.routes.clone();
+                let explanation = blocking(move || {
+                    Ok(ops::explain_route(
+                        router.as_ref().as_ref(),
+                        &routes,
+                        &event_type,
+                    ))
+                })
+                .await?;
                 if json {
                     out!("{}", serde_json::to_string(&explanation)?);
                 } else {

@@ -306,6 +306,27 @@ fn cli_routes_which_explains_the_rule() {
         String::from_utf8_lossy(&out.stdout).trim(),
         "tenant.subscription.created -> outbox.notification (rule \"tenant.subscription.\")"
     );
+    // A handler-bound destination names its handler and the queue groups that run it.
+    let out = outbox(
+        "postgres://unused",
+        &["routes", "which", "workflow.trigger.event"],
+    );
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().nth(1),
+        Some("  outbox.workflow: handler workflow-trigger, queue groups general"),
+        "{stdout}"
+    );
+    let out = outbox(
+        "postgres://unused",
+        &["routes", "which", "workflow.trigger.event", "--json"],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["consumers"],
+        serde_json::json!([{"queue": "outbox.workflow", "handler": "workflow-trigger", "queue_groups": ["general"]}])
+    );
     let out = outbox(
         "postgres://unused",
         &[
@@ -793,6 +814,7 @@ fn cli_routes_which_names_the_router_plugin_that_decides() {
             "decider": "special-router",
             "no_route": null,
             "error": null,
+            "consumers": [{"queue": "outbox.webhook", "handler": null, "queue_groups": []}],
         })
     );
     assert_eq!(
@@ -804,6 +826,7 @@ fn cli_routes_which_names_the_router_plugin_that_decides() {
             "decider": "legacy.",
             "no_route": null,
             "error": null,
+            "consumers": [{"queue": "outbox.audit", "handler": null, "queue_groups": []}],
         })
     );
     let nope_json = which_json("nope.x");

@@ -80,6 +80,20 @@ pub struct RouteExplanation {
     pub no_route: Option<String>,
     /// The router's error (`None` unless routing failed).
     pub error: Option<String>,
+    /// Who consumes each of `queues` here: its handler (if any) and the queue groups that
+    /// list it (a host run with `--queue-group G` consumes only G's queues).
+    pub consumers: Vec<QueueConsumer>,
+}
+
+/// Who runs the entries of one queue.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct QueueConsumer {
+    /// The queue.
+    pub queue: String,
+    /// The handler bound to it in `[handlers]` (`None`: no handler of this host runs it).
+    pub handler: Option<String>,
+    /// The queue groups that list it.
+    pub queue_groups: Vec<String>,
 }
 
 impl std::fmt::Display for RouteExplanation {
@@ -91,10 +105,21 @@ impl std::fmt::Display for RouteExplanation {
             (None, None) => write!(f, "{event_type} -> {}", self.queues.join(", "))?,
         }
         match (self.decided_by, &self.decider) {
-            ("rule", Some(prefix)) => write!(f, " (rule \"{prefix}\")"),
-            ("router", Some(name)) => write!(f, " (router plugin \"{name}\")"),
-            _ => Ok(()),
+            ("rule", Some(prefix)) => write!(f, " (rule \"{prefix}\")")?,
+            ("router", Some(name)) => write!(f, " (router plugin \"{name}\")")?,
+            _ => {}
         }
+        for consumer in &self.consumers {
+            if let Some(handler) = &consumer.handler {
+                let groups = if consumer.queue_groups.is_empty() {
+                    "no queue group: only hosts run without --queue-group".to_string()
+                } else {
+                    format!("queue groups {}", consumer.queue_groups.join(", "))
+                };
+                write!(f, "\n  {}: handler {handler}, {groups}", consumer.queue)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -102,7 +127,11 @@ impl std::fmt::Display for RouteExplanation {
 /// [`build_router`](outbox_host::routing::build_router)): the queues and the table rule that picked
 /// them, or, for a router plugin, the plugin and what it answered for an event of that type with
 /// an empty payload.
-pub fn explain_route(router: &dyn Router, event_type: &str) -> RouteExplanation {
+pub fn explain_route(
+    router: &dyn Router,
+    routes: &outbox_host::config::RoutesFile,
+    event_type: &str,
+) -> RouteExplanation {
     let event = ClaimedEvent::unclaimed(0, event_type, "{}");
     let decision = route_one(router, &event);
     let (decided_by, decider) = match router.decider(event_type) {
@@ -115,8 +144,22 @@ pub fn explain_route(router: &dyn Router, event_type: &str) -> RouteExplanation 
         RouteDecision::NoRoute(reason) => (vec![], Some(reason), None),
         RouteDecision::Error(message) => (vec![], None, Some(message)),
     };
+    let consumers = queues
+        .iter()
+        .map(|queue| QueueConsumer {
+            queue: queue.clone(),
+            handler: routes.handlers.get(queue).cloned(),
+            queue_groups: routes
+                .queue_groups
+                .iter()
+                .filter(|(_, members)| members.contains(queue))
+                .map(|(group, _)| group.clone())
+                .collect(),
+        })
+        .collect();
     RouteExplanation {
         event_type: event_type.to_string(),
+        consumers,
         queues,
         decided_by,
         decider,
