@@ -263,7 +263,7 @@ impl LiveConfig {
             p.in_force = still_left_out;
         });
         self.applied.send_modify(|n| *n += 1);
-        tracing::info!(file = %path.display(), "routes reloaded");
+        tracing::info!(file = %path.display(), changes = %routes_change(&current, &next), "routes reloaded");
         metrics::counter!("outbox_reloads_total", "what" => "routes").increment(1);
         ReloadOutcome::Routes
     }
@@ -339,4 +339,70 @@ fn left_out_message(
         missing.join("; "),
         registry.dir().display()
     ))
+}
+
+/// What a reload changed, for its log line: keys added (`+`), removed (`-`) and changed (`~`) in
+/// each section (`routes +"billing." ~"mail."; plugins ~audit; router changed`), or `nothing`.
+pub fn routes_change(current: &RoutesFile, next: &RoutesFile) -> String {
+    fn section<V: PartialEq>(
+        name: &str,
+        before: &std::collections::BTreeMap<String, V>,
+        after: &std::collections::BTreeMap<String, V>,
+    ) -> Option<String> {
+        let mut parts = Vec::new();
+        for (key, value) in after {
+            match before.get(key) {
+                None => parts.push(format!("+{key:?}")),
+                Some(old) if old != value => parts.push(format!("~{key:?}")),
+                Some(_) => {}
+            }
+        }
+        for key in before.keys().filter(|k| !after.contains_key(*k)) {
+            parts.push(format!("-{key:?}"));
+        }
+        (!parts.is_empty()).then(|| format!("{name} {}", parts.join(" ")))
+    }
+    let mut changes: Vec<String> = [
+        section("routes", &current.routes, &next.routes),
+        section("handlers", &current.handlers, &next.handlers),
+        section("queue_groups", &current.queue_groups, &next.queue_groups),
+        section("plugins", &current.plugins, &next.plugins),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if current.router != next.router {
+        changes.push("router changed".into());
+    }
+    if current.policy != next.policy {
+        changes.push("policy changed".into());
+    }
+    if current.settings != next.settings {
+        changes.push("settings changed (applied at the next restart)".into());
+    }
+    if changes.is_empty() {
+        "nothing".into()
+    } else {
+        changes.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod routes_change_tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn a_reload_says_what_it_changed() {
+        let parse = |text: &str| RoutesFile::parse(text, Path::new("routes.toml")).unwrap();
+        let before =
+            parse("[routes]\n\"mail.\" = \"outbox.mail\"\n\"audit.\" = \"outbox.audit\"\n");
+        let after =
+            parse("[routes]\n\"mail.\" = \"outbox.mail2\"\n\"billing.\" = \"outbox.billing\"\n");
+        assert_eq!(
+            routes_change(&before, &after),
+            "routes +\"billing.\" ~\"mail.\" -\"audit.\""
+        );
+        assert_eq!(routes_change(&before, &before), "nothing");
+    }
 }
