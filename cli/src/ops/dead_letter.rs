@@ -123,7 +123,13 @@ pub async fn dead_letters(
         );
     }
     if action != DeadLetterAction::List && !dry_run && selection.all && !selection.yes {
-        confirm_every(command, letters.len())?;
+        let count = letters.len();
+        super::confirm::confirm_or_refuse(
+            command,
+            &format!("{command}: {count} dead letters?"),
+            &format!("{command} --all would change {count} dead letters: add --yes to go on"),
+            true,
+        )?;
     }
     let mut done = Vec::new();
     if !dry_run {
@@ -220,25 +226,6 @@ pub async fn dead_letters(
                 "dropped"
             }
         ),
-    }
-    Ok(())
-}
-
-/// Ask before replaying or dropping every dead letter (`--all` without `--yes`); without a
-/// terminal to ask on, refuse and say how to go on.
-fn confirm_every(command: &str, count: usize) -> anyhow::Result<()> {
-    use std::io::{BufRead, IsTerminal, Write};
-    if !std::io::stdin().is_terminal() {
-        anyhow::bail!(
-            "{command} --all would change {count} dead letters: add --yes to go on (nothing was changed)"
-        );
-    }
-    eprint!("{command}: {count} dead letters. Type 'yes' to go on: ");
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    if answer.trim() != "yes" {
-        anyhow::bail!("{command} not confirmed: nothing was changed");
     }
     Ok(())
 }

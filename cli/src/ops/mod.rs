@@ -7,6 +7,7 @@
 //! needs is a function of `outbox_host::store`.
 
 mod access;
+mod confirm;
 mod dead_letter;
 mod demo;
 mod plugins;
@@ -19,5 +20,5 @@ pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use plugins::*;
 pub use repair::{repair_rows, RepairOptions};
-pub use stats::{describe_settings, explain_route, print_stats};
+pub use stats::{describe_settings, explain_route, no_route_warning, print_stats};
 pub use trace::print_trace;

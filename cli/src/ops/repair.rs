@@ -6,7 +6,7 @@
 //! shows the same plan a real run with the same arguments then carries out. Both need an admin
 //! operator, and each run (dry or not) is written to the audit trail.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 
 use outbox_host::config::Config;
 use outbox_host::store::{self, RepairAction, RepairPlan, RepairReport, Role, RowFilter};
@@ -176,20 +176,15 @@ fn confirm(plan: &RepairPlan, options: &RepairOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     let verb = plan.action.as_str();
-    if !std::io::stdin().is_terminal() || options.json {
-        anyhow::bail!(
-            "{verb} would change {rows} rows, more than --confirm-above {}: add --yes to go on (nothing was changed)",
+    super::confirm::confirm_or_refuse(
+        verb,
+        &format!("{verb} {rows} rows?"),
+        &format!(
+            "{verb} would change {rows} rows, more than --confirm-above {}: add --yes to go on",
             options.confirm_above
-        );
-    }
-    eprint!("{verb} {rows} rows? Type 'yes' to go on: ");
-    std::io::stderr().flush()?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    if answer.trim() != "yes" {
-        anyhow::bail!("{verb} not confirmed: nothing was changed");
-    }
-    Ok(())
+        ),
+        !options.json,
+    )
 }
 
 /// A progress bar on standard error for a terminal; hidden for JSON or without a terminal.
