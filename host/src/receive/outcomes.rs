@@ -372,18 +372,17 @@ impl Receivers {
         stream_id: &str,
         run: Option<&HandlerRun>,
     ) -> Result<Settled, ReceiveError> {
+        let finish = PendingFinish {
+            marker: claim.marker.clone(),
+            stream: self.keys.stream(queue),
+            owner_value: claim.marker_value(),
+            stream_id: stream_id.to_string(),
+            receipt: receipt_arg(run, "ok", None),
+        };
+        let ttl_s = self.settings.idempotency_ttl.as_secs().max(1);
+        let receipts_stream = self.keys.receipts_stream();
         let replies: Vec<i64> = ctx(
-            self.scripts
-                .finish
-                .key(self.keys.receipts_stream())
-                .key(&claim.marker)
-                .key(self.keys.stream(queue))
-                .arg(CONSUMER_GROUP)
-                .arg(MARKER_DONE_OK)
-                .arg(self.settings.idempotency_ttl.as_secs().max(1))
-                .arg(claim.marker_value())
-                .arg(stream_id)
-                .arg(receipt_arg(run, "ok", None))
+            finish_invocation(&self.scripts.finish, &receipts_stream, ttl_s, [&finish])
                 .invoke_async(&mut self.conn.clone())
                 .await,
             || format!("finish {stream_id} on {queue}"),
@@ -634,6 +633,30 @@ impl FinishBatches {
     }
 }
 
+/// One [`FINISH_LUA`] call for `finishes` (its KEYS and ARGV layout, written once), with `done`
+/// markers kept for `marker_ttl_s`.
+fn finish_invocation<'a>(
+    script: &'a redis::Script,
+    receipts_stream: &str,
+    marker_ttl_s: u64,
+    finishes: impl IntoIterator<Item = &'a PendingFinish>,
+) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.key(receipts_stream);
+    invocation
+        .arg(CONSUMER_GROUP)
+        .arg(MARKER_DONE_OK)
+        .arg(marker_ttl_s);
+    for finish in finishes {
+        invocation
+            .key(&finish.marker)
+            .key(&finish.stream)
+            .arg(&finish.owner_value)
+            .arg(&finish.stream_id)
+            .arg(&finish.receipt);
+    }
+    invocation
+}
+
 /// The task behind [`FinishBatches`]: takes every waiting success (up to [`FINISH_BATCH`]),
 /// records them in one script call and answers each.
 async fn record_finish_batches(
@@ -648,19 +671,12 @@ async fn record_finish_batches(
     let script = redis::Script::new(FINISH_LUA);
     let mut batch = Vec::with_capacity(FINISH_BATCH);
     while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
-        let mut invocation = script.key(&receipts_stream);
-        invocation
-            .arg(CONSUMER_GROUP)
-            .arg(MARKER_DONE_OK)
-            .arg(marker_ttl_s);
-        for (finish, _) in &batch {
-            invocation
-                .key(&finish.marker)
-                .key(&finish.stream)
-                .arg(&finish.owner_value)
-                .arg(&finish.stream_id)
-                .arg(&finish.receipt);
-        }
+        let invocation = finish_invocation(
+            &script,
+            &receipts_stream,
+            marker_ttl_s,
+            batch.iter().map(|(finish, _)| finish),
+        );
         let replies: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
         match replies {
             Ok(replies) if replies.len() == batch.len() => {
