@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection, PgPool, Row};
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::live_config::LiveConfig;
 use crate::queue::{QueueKeys, CONSUMER_GROUP};
+use crate::store;
 
 /// The advisory lock key of the alerting host (any host of one database contends for it).
 pub const ALERT_LOCK: i64 = 0x6f75_7462_6f78_0001;
@@ -223,7 +224,7 @@ impl AlertBook {
 pub enum AlertError {
     /// PostgreSQL failed.
     #[error("alert check: {0}")]
-    Postgres(#[from] sqlx::Error),
+    Postgres(#[from] crate::store::StoreError),
     /// Redis failed.
     #[error("alert check: {0}")]
     Redis(#[from] redis::RedisError),
@@ -238,32 +239,16 @@ pub async fn observe(
     queues: &[String],
     receiver_lease: Duration,
 ) -> Result<Observation, AlertError> {
-    let row = sqlx::query(
-        "SELECT count(*) FILTER (WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)),
-                count(*) FILTER (WHERE status = 'failed')
-         FROM outbox_event WHERE status IN ('pending', 'failed')",
-    )
-    .bind(PENDING_OLD_AFTER.as_secs_f64())
-    .fetch_one(pool)
-    .await?;
+    let (pending_old, failed) = store::old_pending_and_failed(pool, PENDING_OLD_AFTER).await?;
     let mut seen = Observation {
-        pending_old: row.get(0),
-        failed: row.get(1),
+        pending_old,
+        failed,
+        dead_hosts: store::silent_workers(pool, DEAD_HOST_AFTER, DEAD_HOST_FORGOTTEN_AFTER)
+            .await?
+            .into_iter()
+            .collect(),
         ..Observation::default()
     };
-    for host in sqlx::query(
-        "SELECT id, extract(epoch FROM now() - last_seen)::bigint AS ago FROM outbox_worker
-         WHERE last_seen < now() - make_interval(secs => $1)
-           AND last_seen > now() - make_interval(secs => $2)
-         ORDER BY id",
-    )
-    .bind(DEAD_HOST_AFTER.as_secs_f64())
-    .bind(DEAD_HOST_FORGOTTEN_AFTER.as_secs_f64())
-    .fetch_all(pool)
-    .await?
-    {
-        seen.dead_hosts.insert(host.get("id"), host.get("ago"));
-    }
     for queue in queues {
         let dead: i64 = redis::cmd("XLEN")
             .arg(keys.dead_letter_stream(queue))

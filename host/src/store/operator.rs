@@ -1,4 +1,4 @@
-//! Operator reads: what `outbox stats`, `plugins list` and the demo show (counts by status,
+//! Operator reads: what `outbox stats`, `plugins list`, the alerts and the demo show (counts by status,
 //! failures by type, heartbeats, receipts), and the demo's database set-up.
 //!
 //! Owns only reads, plus creating and emptying the demo's own database. It never touches a row
@@ -270,4 +270,42 @@ pub async fn receipts(pool: &PgPool) -> Result<Vec<ReceiptRow>, StoreError> {
             duration_ms: r.get("duration_ms"),
         })
         .collect())
+}
+
+/// Pending events created longer than `older_than` ago, and `failed` events: what the alerts
+/// watch every check. Reads only pending and failed rows (unlike [`status_counts`], which counts
+/// every row, done ones included, and runs only with retention).
+pub async fn old_pending_and_failed(
+    pool: &PgPool,
+    older_than: Duration,
+) -> Result<(i64, i64), StoreError> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)),
+                count(*) FILTER (WHERE status = 'failed')
+         FROM outbox_event WHERE status IN ('pending', 'failed')",
+    )
+    .bind(older_than.as_secs_f64())
+    .fetch_one(pool)
+    .await
+    .context("count old pending and failed events")
+}
+
+/// Workers whose last heartbeat is older than `silent_for` but newer than `forgotten_after`, with
+/// the seconds since, by id.
+pub async fn silent_workers(
+    pool: &PgPool,
+    silent_for: Duration,
+    forgotten_after: Duration,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    sqlx::query_as(
+        "SELECT id, extract(epoch FROM now() - last_seen)::bigint FROM outbox_worker
+         WHERE last_seen < now() - make_interval(secs => $1)
+           AND last_seen > now() - make_interval(secs => $2)
+         ORDER BY id",
+    )
+    .bind(silent_for.as_secs_f64())
+    .bind(forgotten_after.as_secs_f64())
+    .fetch_all(pool)
+    .await
+    .context("reading silent workers (outbox_worker)")
 }
