@@ -422,36 +422,6 @@ fn load_config_or_environment(path: &Option<PathBuf>) -> anyhow::Result<Config> 
     }
 }
 
-/// Why an event of `event_type` would fail with "no route matched", if the routes file's table
-/// has no rule for it and no `[router.overrides]` prefix could send it to a router plugin.
-fn no_route_warning(config: &Config, event_type: &str) -> Option<String> {
-    if config.path.is_none() && config.routes.routes.is_empty() {
-        return None; // no routes known (the routes file could not be read): nothing to judge
-    }
-    let table = config.routes.route_table();
-    if !matches!(
-        table.route(event_type),
-        outbox_host::routing::RouteDecision::NoRoute(_)
-    ) {
-        return None;
-    }
-    let overridden = config
-        .routes
-        .router
-        .overrides
-        .keys()
-        .any(|prefix| event_type.starts_with(prefix.as_str()));
-    match config.routes.router.plugin.as_str() {
-        "native" if !overridden => Some(format!(
-            "no route matches {event_type}: the event will be stored, then fail at dispatch with \"no route matched\" (add a [routes] rule, or check `outbox routes which {event_type}`)"
-        )),
-        "native" => None,
-        plugin => (!overridden).then(|| format!(
-            "no [routes] rule matches {event_type}; unless the router plugin {plugin} routes it, the event will fail at dispatch (check `outbox routes which {event_type}`)"
-        )),
-    }
-}
-
 fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
     Ok(match path {
         Some(p) => Config::load(p)?,
@@ -612,7 +582,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let dispatch_key = event.dispatch_key.clone();
             // Validate before touching the database so bad input never needs a connection.
             publish::validate(&event, config.settings.max_payload_bytes)?;
-            if let Some(warning) = no_route_warning(&config, &event.event_type) {
+            if let Some(warning) = ops::no_route_warning(&config, &event.event_type) {
                 eprintln!("warning: {warning}");
             }
             let pool = store::connect(&config.settings.database_url, 1).await?;

@@ -168,6 +168,36 @@ pub fn explain_route(
     }
 }
 
+/// Why an event of `event_type` would fail with "no route matched", if the routes file's table
+/// has no rule for it and no `[router.overrides]` prefix could send it to a router plugin.
+pub fn no_route_warning(config: &Config, event_type: &str) -> Option<String> {
+    if config.path.is_none() && config.routes.routes.is_empty() {
+        return None; // no routes known (the routes file could not be read): nothing to judge
+    }
+    let table = config.routes.route_table();
+    if !matches!(
+        table.route(event_type),
+        outbox_host::routing::RouteDecision::NoRoute(_)
+    ) {
+        return None;
+    }
+    let overridden = config
+        .routes
+        .router
+        .overrides
+        .keys()
+        .any(|prefix| event_type.starts_with(prefix.as_str()));
+    match config.routes.router.plugin.as_str() {
+        "native" if !overridden => Some(format!(
+            "no route matches {event_type}: the event will be stored, then fail at dispatch with \"no route matched\" (add a [routes] rule, or check `outbox routes which {event_type}`)"
+        )),
+        "native" => None,
+        plugin => (!overridden).then(|| format!(
+            "no [routes] rule matches {event_type}; unless the router plugin {plugin} routes it, the event will fail at dispatch (check `outbox routes which {event_type}`)"
+        )),
+    }
+}
+
 /// Every setting as a `KEY=value  # source` line (env, file or default), for `outbox config`;
 /// URL passwords are redacted.
 pub fn describe_settings(config: &Config) -> String {
