@@ -13,6 +13,15 @@ fn database_url(db: &str) -> String {
     outbox_host::store::with_database(&base, db)
 }
 
+/// The URL of the database `pool` (a `sqlx::test` database) connects to.
+async fn pool_url(pool: &PgPool) -> String {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    database_url(&db)
+}
+
 fn outbox(db_url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_outbox"))
         .args(args)
@@ -155,11 +164,7 @@ fn cli_error(out: &Output) -> String {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn rust_sql_and_cli_reject_the_same_producer_input_with_the_same_message(pool: PgPool) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let long = "k".repeat(513);
     let key_rule = "must be 1 to 512 bytes of printable ASCII without spaces";
     let reserved = "a prefix reserved for the host's own events";
@@ -261,11 +266,7 @@ async fn rust_sql_and_cli_reject_the_same_producer_input_with_the_same_message(p
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cli_publish_of_a_different_event_under_a_used_dispatch_key_fails(pool: PgPool) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let publish = |payload: &str| {
         outbox(
             &url,
@@ -606,11 +607,7 @@ fn cli_plugins_new_scaffolds_a_crate_and_refuses_to_overwrite() {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cli_dead_letter_list_replay_and_drop(pool: PgPool) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let token = outbox_host::store::add_operator(&pool, "dl-admin", Role::Admin, "test")
         .await
         .unwrap();
@@ -921,11 +918,7 @@ fn cli_output_into_a_closed_pipe_exits_quietly_without_a_panic() {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cli_requeue_dry_run_json_matches_the_text_and_a_large_run_asks_first(pool: PgPool) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let token = outbox_host::store::add_operator(&pool, "requeuer", Role::Admin, "test")
         .await
         .unwrap();
@@ -1002,11 +995,7 @@ async fn cli_requeue_dry_run_json_matches_the_text_and_a_large_run_asks_first(po
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cli_operator_roles_gate_destructive_commands_and_admin_repairs_are_audited(pool: PgPool) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     sqlx::query(
         "INSERT INTO outbox_event (event_type, payload, status, attempts, last_error)
          SELECT 'mail.welcome', '{}', 'failed', 6, 'smtp refused' FROM generate_series(1, 3)",
@@ -1131,11 +1120,7 @@ async fn cli_operator_roles_gate_destructive_commands_and_admin_repairs_are_audi
 async fn cli_dead_letter_drop_without_a_filter_needs_all_and_unknown_names_are_errors(
     pool: PgPool,
 ) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let token = outbox_host::store::add_operator(&pool, "dl-admin", Role::Admin, "test")
         .await
         .unwrap();
@@ -1228,11 +1213,7 @@ async fn cli_dead_letter_drop_without_a_filter_needs_all_and_unknown_names_are_e
 
 #[sqlx::test(migrations = "../migrations")]
 async fn cli_commands_that_do_not_route_go_on_with_a_broken_routes_file(pool: PgPool) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let token = outbox_host::store::add_operator(&pool, "broken-cfg", Role::Admin, "test")
         .await
         .unwrap();
@@ -1281,11 +1262,7 @@ async fn cli_commands_that_do_not_route_go_on_with_a_broken_routes_file(pool: Pg
 async fn cli_publish_sets_delay_and_version_says_whether_it_inserted_and_refuses_an_empty_tenant(
     pool: PgPool,
 ) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let publish = |extra: &[&str]| {
         let mut args = vec!["publish", "mail.welcome", "--payload", "{\"to\":\"a@b.c\"}"];
         args.extend_from_slice(extra);
@@ -1357,11 +1334,7 @@ async fn cli_publish_sets_delay_and_version_says_whether_it_inserted_and_refuses
 async fn cli_publish_warns_when_no_route_matches_and_routes_check_warns_about_ungrouped_handler_queues(
     pool: PgPool,
 ) {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let url = database_url(&db);
+    let url = pool_url(&pool).await;
     let dir = tempfile::tempdir().unwrap();
     let routes = dir.path().join("routes.toml");
     std::fs::write(
