@@ -86,6 +86,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The registry of event types (`contracts/` beside routes.toml): list, show, check a
+    /// folder, or diff two editions of a contract for a producer's CI.
+    Contracts {
+        #[command(subcommand)]
+        command: ContractsCommand,
+    },
     /// Inspect the routing table.
     Routes {
         #[command(subcommand)]
@@ -390,6 +396,60 @@ impl From<RepairArgs> for ops::RepairOptions {
 }
 
 #[derive(Subcommand)]
+enum ContractsCommand {
+    /// Every registered event type with its owner and versions.
+    List {
+        /// The contracts folder (default: contracts/ beside the routes file, or
+        /// OUTBOX_CONTRACTS_DIR).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One event type's contract, with each version's JSON Schema.
+    Show {
+        /// The event type, e.g. mail.welcome.
+        event_type: String,
+        /// The contracts folder (default as for `list`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load a contracts folder as the host would; exit 1 naming the file and field on an error.
+    Check {
+        /// The folder (default as for `list`).
+        dir: Option<PathBuf>,
+    },
+    /// Classify the change between two editions of a contract file (or two JSON Schema files):
+    /// exit 0 identical or compatible, 1 breaking (with the reason per field), 2 when a file
+    /// cannot be read or is invalid.
+    Diff {
+        /// The edition consumers were built against (e.g. from the main branch).
+        old: PathBuf,
+        /// The proposed edition.
+        new: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A command that ends with a specific exit status and has printed what it had to say.
+#[derive(Debug)]
+struct ExitStatus(u8);
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitStatus {}
+
+#[derive(Subcommand)]
 enum RoutesCommand {
     /// Validate a routes file (default: the configured one).
     Check {
@@ -443,10 +503,13 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<ExitStatus>() {
+            Some(ExitStatus(code)) => std::process::ExitCode::from(*code),
+            None => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -520,7 +583,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 live.router.clone(),
                 settings,
                 outbox_host::host::default_worker_id(),
-            );
+            )
+            .with_contracts(config.load_contracts()?);
             let report = dispatcher.drain().await?;
             out!(
                 "drained: {} claimed, {} done, {} retried later, {} failed",
@@ -581,16 +645,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let dispatch_key = event.dispatch_key.clone();
             // Validate before touching the database so bad input never needs a connection.
-            publish::validate(&event, config.settings.max_payload_bytes)?;
+            // The contracts folder beside routes.toml checks the payload here, before writing.
+            let rules = publish::PublishRules::from_config(&config)?;
+            rules.validate(&event)?;
             if let Some(warning) = ops::no_route_warning(&config, &event.event_type) {
                 eprintln!("warning: {warning}");
             }
             let pool = store::connect(&config.settings.database_url, 1).await?;
             store::migrate(&pool).await?;
             let mut tx = pool.begin().await?;
-            let published =
-                publish::publish_reporting(&mut tx, event, config.settings.max_payload_bytes)
-                    .await?;
+            let published = publish::publish_checked(&mut tx, event, &rules).await?;
             tx.commit().await?;
             if json {
                 out!(
@@ -652,6 +716,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             ops::print_audit(&pool, limit, json).await?;
+        }
+        Command::Contracts { command } => {
+            let config = load_config_or_environment(&cli.config)?;
+            let dir_or_default =
+                |dir: Option<PathBuf>| dir.unwrap_or_else(|| config.contracts_dir());
+            match command {
+                ContractsCommand::List { dir, json } => {
+                    ops::list_contracts(&dir_or_default(dir), json)?
+                }
+                ContractsCommand::Show {
+                    event_type,
+                    dir,
+                    json,
+                } => ops::show_contract(&dir_or_default(dir), &event_type, json)?,
+                ContractsCommand::Check { dir } => {
+                    ops::check_contracts(&dir_or_default(dir), &config)?
+                }
+                ContractsCommand::Diff { old, new, json } => {
+                    match ops::diff_contract_files(&old, &new, json) {
+                        Ok(outbox_host::contracts::compat::Compatibility::Breaking) => {
+                            return Err(ExitStatus(ops::EXIT_BREAKING).into())
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            eprintln!("error: {e:#}");
+                            return Err(ExitStatus(2).into());
+                        }
+                    }
+                }
+            }
         }
         Command::Routes { command } => match command {
             RoutesCommand::Check { file } => {

@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::contracts::Contracts;
 use crate::fault::{self, Blip};
 use crate::reconnect::{connect_with_retry, retry_blips, retry_delay, sleep_or_shutdown, Backoff};
 use crate::routing::{RouteDecision, RouterHandle};
@@ -95,6 +96,8 @@ pub struct Dispatcher {
     pool: PgPool,
     sink: Arc<dyn Sink>,
     router: RouterHandle,
+    /// The event contracts: a claimed event that breaks its contract fails unrouted.
+    contracts: Contracts,
     settings: Arc<Settings>,
     worker_id: String,
     wake: Arc<Notify>,
@@ -125,6 +128,7 @@ impl Dispatcher {
             pool,
             sink: Arc::new(sink),
             router,
+            contracts: Contracts::none(),
             settings,
             worker_id: worker_id.into(),
             wake: Arc::new(Notify::new()),
@@ -132,6 +136,14 @@ impl Dispatcher {
             gate: Arc::default(),
             held: Arc::default(),
         }
+    }
+
+    /// Check every claimed event against `contracts` before routing it (the `outbox_publish`
+    /// SQL function cannot run a JSON Schema): one that breaks its contract, or has none in
+    /// strict mode, fails at once with the validation errors and is never enqueued.
+    pub fn with_contracts(mut self, contracts: Contracts) -> Self {
+        self.contracts = contracts;
+        self
     }
 
     /// This dispatcher's worker id (`claimed_by`).
@@ -450,7 +462,7 @@ impl Dispatcher {
             .events
             .iter()
             .zip(&decisions)
-            .filter(|(_, d)| matches!(d, RouteDecision::Queues(q) if q.len() > 1))
+            .filter(|(_, d)| matches!(d, Routed::Route(RouteDecision::Queues(q)) if q.len() > 1))
             .map(|(e, _)| e.id)
             .collect();
         let already = retry_blips(
@@ -464,7 +476,7 @@ impl Dispatcher {
 
         let mut items = Vec::new();
         for (event, decision) in claim.events.iter().zip(&decisions) {
-            if let RouteDecision::Queues(queues) = decision {
+            if let Routed::Route(RouteDecision::Queues(queues)) = decision {
                 let done = already.get(&event.id);
                 for queue in queues {
                     if !done.is_some_and(|d| d.contains(queue)) {
@@ -495,15 +507,23 @@ impl Dispatcher {
         let mut deliveries = Vec::new();
         for (event, decision) in claim.events.iter().zip(&decisions) {
             let outcome = match decision {
-                RouteDecision::NoRoute(reason) => {
+                Routed::BrokeContract(reason) => {
+                    tracing::error!(event_id = event.id, event_type = %event.event_type, "{reason}; event failed");
+                    EventOutcome::Failed {
+                        error: reason.clone(),
+                    }
+                }
+                Routed::Route(RouteDecision::NoRoute(reason)) => {
                     tracing::error!(event_id = event.id, event_type = %event.event_type, "{reason}; event failed");
                     metrics::counter!("outbox_no_route_total").increment(1);
                     EventOutcome::Failed {
                         error: reason.clone(),
                     }
                 }
-                RouteDecision::Error(error) => self.retry_or_fail(event, error.clone()),
-                RouteDecision::Queues(queues) => {
+                Routed::Route(RouteDecision::Error(error)) => {
+                    self.retry_or_fail(event, error.clone())
+                }
+                Routed::Route(RouteDecision::Queues(queues)) => {
                     let results = per_event.remove(&event.id).unwrap_or_default();
                     if queues.len() > 1 {
                         // A blipped destination is not recorded: it was not this attempt's fault.
@@ -585,35 +605,51 @@ impl Dispatcher {
 
     /// Route a claim off the async executor. A failing batch call is retried event by event so
     /// one poisonous event cannot hold back the others.
-    async fn route(&self, mut claim: Claim) -> (Claim, Vec<RouteDecision>) {
+    ///
+    /// Events that break their contract are taken out before routing: their decision is
+    /// [`Routed::BrokeContract`].
+    async fn route(&self, mut claim: Claim) -> (Claim, Vec<Routed>) {
         let router = self.router.current();
+        let contracts = self.contracts.clone();
         let events = Arc::new(std::mem::take(&mut claim.events));
         let shared = events.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let router: &dyn crate::routing::Router = router.as_ref().as_ref();
-            let decisions = match router.route_batch(&shared) {
-                Ok(d) if d.len() == shared.len() => d,
-                Ok(d) => {
-                    let message = format!(
-                        "router {} returned {} routes for {} events",
-                        router.name(),
-                        d.len(),
-                        shared.len()
-                    );
-                    route_one_by_one(router, &shared, &message)
-                }
-                Err(e) => route_one_by_one(router, &shared, &e.to_string()),
-            };
-            // Whatever the router, only a valid, bounded answer reaches the sink and the store.
-            decisions
+            let violations: Vec<Option<String>> = shared
+                .iter()
+                .map(|e| {
+                    contracts
+                        .check_text(&e.event_type, e.event_version, &e.payload, "dispatch")
+                        .err()
+                        .map(|v| v.to_string())
+                })
+                .collect();
+            if violations.iter().all(Option::is_none) {
+                return route_checked(router.as_ref().as_ref(), &shared)
+                    .into_iter()
+                    .map(Routed::Route)
+                    .collect::<Vec<_>>();
+            }
+            let valid: Vec<ClaimedEvent> = shared
+                .iter()
+                .zip(&violations)
+                .filter(|(_, v)| v.is_none())
+                .map(|(e, _)| e.clone())
+                .collect();
+            let mut routed = route_checked(router.as_ref().as_ref(), &valid).into_iter();
+            violations
                 .into_iter()
-                .map(|d| d.checked(router.name()))
-                .collect::<Vec<_>>()
+                .map(|violation| match violation {
+                    Some(reason) => Routed::BrokeContract(reason),
+                    None => Routed::Route(routed.next().unwrap_or_else(|| {
+                        RouteDecision::Error("router returned too few routes".into())
+                    })),
+                })
+                .collect()
         })
         .await;
         let decisions = joined.unwrap_or_else(|e| {
             tracing::error!(error = %e, "router panicked");
-            vec![RouteDecision::Error(format!("router panicked: {e}")); events.len()]
+            vec![Routed::Route(RouteDecision::Error(format!("router panicked: {e}"))); events.len()]
         });
         claim.events = Arc::try_unwrap(events).unwrap_or_else(|shared| (*shared).clone());
         (claim, decisions)
@@ -631,6 +667,45 @@ impl Dispatcher {
             EventOutcome::Retry { error, delay }
         }
     }
+}
+
+/// What the dispatcher decided for one claimed event before the hand-off.
+#[derive(Debug, Clone)]
+enum Routed {
+    /// The router's decision.
+    Route(RouteDecision),
+    /// The event breaks its contract (or has none in strict mode): it fails at once with
+    /// this explanation and is never enqueued.
+    BrokeContract(String),
+}
+
+/// Route `events` with one batch call (event by event when the batch call fails, so one
+/// poisonous event cannot hold back the others); whatever the router, only a valid, bounded
+/// answer reaches the sink and the store.
+fn route_checked(
+    router: &dyn crate::routing::Router,
+    events: &[ClaimedEvent],
+) -> Vec<RouteDecision> {
+    if events.is_empty() {
+        return Vec::new();
+    }
+    let decisions = match router.route_batch(events) {
+        Ok(d) if d.len() == events.len() => d,
+        Ok(d) => {
+            let message = format!(
+                "router {} returned {} routes for {} events",
+                router.name(),
+                d.len(),
+                events.len()
+            );
+            route_one_by_one(router, events, &message)
+        }
+        Err(e) => route_one_by_one(router, events, &e.to_string()),
+    };
+    decisions
+        .into_iter()
+        .map(|d| d.checked(router.name()))
+        .collect()
 }
 
 /// Add one finished batch of [`Dispatcher::drain`] to `total`, or keep its error (the first).

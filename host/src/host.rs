@@ -33,6 +33,9 @@ pub enum HostError {
     /// The plugin engine could not start.
     #[error(transparent)]
     Plugin(#[from] PluginError),
+    /// The contracts folder could not be loaded.
+    #[error(transparent)]
+    Contracts(#[from] crate::contracts::ContractError),
     /// Shutdown was requested before the host finished starting.
     #[error("shutdown requested while starting")]
     ShutdownDuringStart,
@@ -121,10 +124,16 @@ impl HostBuilder {
         store::record_max_payload_bytes(&pool, settings.max_payload_bytes).await?;
         let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
         let mut tasks = JoinSet::new();
+        let contracts = config.load_contracts()?;
+        if !contracts.current().is_empty() {
+            tracing::info!(types = contracts.current().len(), mode = %contracts.mode(), "event contracts loaded");
+        }
         let (router, live) = match self.router {
             Some(router) => (router, None),
             None => {
-                let live = LiveConfig::start(&config).await?;
+                let live = LiveConfig::start(&config)
+                    .await?
+                    .with_contracts(contracts.clone());
                 if config.path.is_some() {
                     match live.clone().watch(shutdown.clone()) {
                         Ok(watcher) => {
@@ -154,7 +163,8 @@ impl HostBuilder {
                 router.clone(),
                 settings.clone(),
                 &worker_id,
-            );
+            )
+            .with_contracts(contracts.clone());
             tasks.spawn(d.clone().run(shutdown.clone()));
             tasks.spawn(retention_loop(
                 pool.clone(),

@@ -34,6 +34,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, RoutesFile, Settings};
+use crate::contracts::Contracts;
 use crate::plugin::compile_cache;
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
 use crate::routing::{build_router, RouterHandle};
@@ -72,6 +73,8 @@ pub struct LiveConfig {
     pub router: RouterHandle,
     /// Where `routes.toml` lives (`None`: built in, not watched).
     pub routes_path: Option<PathBuf>,
+    /// The event contracts in force (reloaded when a file of their folder changes).
+    pub contracts: Contracts,
     /// The receiver lease in force (settings change only at a restart): a reload whose handler
     /// plugins' time limits it no longer covers is rejected.
     receiver_lease: Duration,
@@ -109,6 +112,7 @@ impl LiveConfig {
             routes: Arc::new(ArcSwap::from_pointee(config.routes.clone())),
             router,
             routes_path: config.path.clone(),
+            contracts: Contracts::none(),
             receiver_lease: config.settings.receiver_lease,
             pending: Arc::new(Mutex::new(Pending {
                 routes_file: None,
@@ -117,6 +121,24 @@ impl LiveConfig {
             reloading: Arc::default(),
             applied: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
+    }
+
+    /// Use `contracts` (loaded by the caller, who reports a broken folder at start-up) and
+    /// reload them when their folder changes.
+    pub fn with_contracts(mut self, contracts: Contracts) -> Self {
+        self.contracts = contracts;
+        self
+    }
+
+    /// Load the contracts folder again after a change: a folder that no longer loads is
+    /// logged and the contracts in force keep serving.
+    pub fn reload_contracts(&self) {
+        match self.contracts.reload() {
+            Ok(types) => tracing::info!(types, "contracts reloaded"),
+            Err(e) => {
+                tracing::error!(error = %e, "contracts not reloaded; the previous contracts stay in force")
+            }
+        }
     }
 
     /// A receiver that sees a new value each time a `routes.toml` is applied.

@@ -15,6 +15,7 @@
 use sqlx::{Postgres, Transaction};
 
 use crate::config::DEFAULT_MAX_PAYLOAD_BYTES;
+use crate::contracts::{ContractViolation, Contracts};
 
 /// Longest dispatch or ordering key, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -173,6 +174,10 @@ pub enum PublishError {
         /// What differs: `event type`, `tenant`, `payload`, comma-separated.
         differs: String,
     },
+    /// The payload breaks the contract of its type and version, or (strict mode) the type or
+    /// version has none.
+    #[error(transparent)]
+    Contract(#[from] ContractViolation),
     /// The insert failed.
     #[error("publish {event_type}: {source}")]
     Database {
@@ -328,6 +333,64 @@ pub(crate) async fn publish_as(
     publish_reported_as(tx, event, max_payload_bytes, publisher)
         .await
         .map(|p| p.id)
+}
+
+/// What a published event must meet beyond its own shape: the payload limit and, when the
+/// application has adopted them, the event contracts (`contracts/` beside `routes.toml`).
+#[derive(Debug, Clone)]
+pub struct PublishRules {
+    /// Largest payload, in bytes (`OUTBOX_MAX_PAYLOAD_BYTES`).
+    pub max_payload_bytes: usize,
+    /// The contracts each payload is checked against (no check when `None`).
+    pub contracts: Option<Contracts>,
+}
+
+impl Default for PublishRules {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            contracts: None,
+        }
+    }
+}
+
+impl PublishRules {
+    /// The rules of `config`: its payload limit and its contracts folder and mode.
+    pub fn from_config(
+        config: &crate::config::Config,
+    ) -> Result<Self, crate::contracts::ContractError> {
+        Ok(Self {
+            max_payload_bytes: config.settings.max_payload_bytes,
+            contracts: Some(config.load_contracts()?),
+        })
+    }
+
+    /// Check `event` against these rules without writing anything (shape, keys, payload limit,
+    /// contract).
+    pub fn validate(&self, event: &NewEvent) -> Result<(), PublishError> {
+        validate(event, self.max_payload_bytes)?;
+        if let Some(contracts) = &self.contracts {
+            contracts.check(
+                &event.event_type,
+                event.event_version,
+                &event.payload,
+                "publish",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Publish `event` inside the caller's transaction under `rules`: the payload is checked
+/// against the contract of its type and version before anything is written (an invalid one is
+/// a [`PublishError::Contract`] naming each field path and rule).
+pub async fn publish_checked(
+    tx: &mut Transaction<'_, Postgres>,
+    event: NewEvent,
+    rules: &PublishRules,
+) -> Result<Published, PublishError> {
+    rules.validate(&event)?;
+    publish_reported_as(tx, event, rules.max_payload_bytes, Publisher::Producer).await
 }
 
 /// [`publish_with_limit`], saying whether the event was written or its dispatch key already

@@ -6,6 +6,7 @@ mod alerts;
 mod blips;
 mod capabilities;
 mod claim;
+mod contracts;
 mod dispatch;
 mod failures;
 mod guest_answers;

@@ -1,5 +1,5 @@
-//! Ops: what operators run by hand — stats, routing explanations, the demo, plugin tools, dead
-//! letters, repairs of outbox rows (requeue, cancel), operators and the audit trail.
+//! Ops: what operators run by hand — stats, routing explanations, event contracts, the demo,
+//! plugin tools, dead letters, repairs of outbox rows (requeue, cancel), operators and the audit trail.
 //!
 //! Owns the human-facing output of the CLI (tables, JSON, progress), one submodule per command
 //! family. It goes through the same library calls as the host (`outbox_host::publish`,
@@ -8,6 +8,7 @@
 
 mod access;
 mod confirm;
+mod contracts;
 mod dead_letter;
 mod demo;
 mod plugins;
@@ -16,6 +17,9 @@ mod stats;
 mod trace;
 
 pub use access::{add_operator, list_operators, print_audit, require, revoke_operator};
+pub use contracts::{
+    check_contracts, diff_contract_files, list_contracts, show_contract, EXIT_BREAKING,
+};
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use plugins::*;

@@ -13,12 +13,14 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     let counts = store::status_counts(pool).await?;
     let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
     let workers = store::recent_workers(pool, 20).await?;
+    let handlers = store::receipt_counts_by_handler(pool, 50).await?;
     if json {
         out!(
             "{}",
             serde_json::json!({
                 "status": counts,
                 "failed_by_type": failed_by_type,
+                "handlers": handlers,
                 "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago})).collect::<Vec<_>>(),
             })
         );
@@ -45,6 +47,26 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
             .set_header(vec!["failed event type", "events"]);
         for f in failed_by_type {
             t.add_row(vec![Cell::new(f.event_type), Cell::new(f.count)]);
+        }
+        out!("{t}");
+    }
+    if !handlers.is_empty() {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "handler",
+            "ok",
+            "skipped (unsupported version)",
+            "retry",
+            "dead",
+        ]);
+        for h in handlers {
+            t.add_row(vec![
+                Cell::new(h.handler),
+                Cell::new(h.ok),
+                Cell::new(h.skipped_unsupported_version),
+                Cell::new(h.retry),
+                Cell::new(h.dead),
+            ]);
         }
         out!("{t}");
     }

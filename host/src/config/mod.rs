@@ -206,11 +206,89 @@ pub struct PluginSpec {
     /// Capabilities this plugin may use.
     #[serde(default)]
     pub grants: Grants,
+    /// Handler plugins only: the event versions this handler supports, as a list for every
+    /// event type (`[1, 2]`) or per type (`{ "mail.welcome" = [2, 3], "*" = [1] }`: a type not
+    /// listed falls back to `"*"`, and without `"*"` to every version). An entry of another
+    /// version is acknowledged without running the handler and receipted
+    /// `skipped_unsupported_version` (not retried, not a failure). Unset: every version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supported_versions: Option<SupportedVersions>,
     /// Hooks this plugin subscribes to: a `plugin.invoke.<this plugin>` job for hook `<hook>`
     /// (fanned out from a `plugin.hook.<hook>` event) runs it only when `<hook>` is listed here;
     /// any other job naming it is dead-lettered unrun.
     #[serde(default)]
     pub hooks: Vec<String>,
+}
+
+/// The event versions a handler plugin supports (`supported_versions` of `[plugins.NAME]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SupportedVersions {
+    /// The same versions for every event type.
+    All(Vec<i32>),
+    /// Event type (or `"*"` for the others) -> versions.
+    ByType(BTreeMap<String, Vec<i32>>),
+}
+
+impl SupportedVersions {
+    /// The versions declared for `event_type` (`None`: every version).
+    fn for_type(&self, event_type: &str) -> Option<&[i32]> {
+        match self {
+            Self::All(versions) => Some(versions),
+            Self::ByType(map) => map
+                .get(event_type)
+                .or_else(|| map.get("*"))
+                .map(Vec::as_slice),
+        }
+    }
+
+    /// Whether a handler declaring these versions runs `event_type` at `version`.
+    pub fn supports(&self, event_type: &str, version: i32) -> bool {
+        self.for_type(event_type)
+            .is_none_or(|versions| versions.contains(&version))
+    }
+
+    /// The versions declared for `event_type`, as `v1, v2` (or `every version`).
+    pub fn describe_for(&self, event_type: &str) -> String {
+        match self.for_type(event_type) {
+            Some(versions) => versions
+                .iter()
+                .map(|v| format!("v{v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => "every version".into(),
+        }
+    }
+
+    /// The declaration's rules: non-empty lists of versions >= 1, keys that are event types
+    /// or `"*"`.
+    fn check(&self) -> Result<(), String> {
+        let check_list = |what: &str, versions: &[i32]| {
+            if versions.is_empty() {
+                return Err(format!("{what} lists no version"));
+            }
+            match versions.iter().find(|v| **v < 1) {
+                Some(v) => Err(format!("{what}: version {v} must be >= 1")),
+                None => Ok(()),
+            }
+        };
+        match self {
+            Self::All(versions) => check_list("supported_versions", versions),
+            Self::ByType(map) => {
+                if map.is_empty() {
+                    return Err("supported_versions names no event type".into());
+                }
+                for (event_type, versions) in map {
+                    if event_type != "*" {
+                        crate::publish::validate_event_type(event_type)
+                            .map_err(|e| format!("supported_versions: {e}"))?;
+                    }
+                    check_list(&format!("supported_versions.{event_type:?}"), versions)?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// The parsed `routes.toml`.
@@ -414,6 +492,11 @@ impl RoutesFile {
                     "[plugins.{name}]: fuel, memory_mb and timeout_ms must be positive"
                 )));
             }
+            if let Some(supported) = &spec.supported_versions {
+                supported
+                    .check()
+                    .map_err(|m| invalid(format!("[plugins.{name}] {m}")))?;
+            }
             for hook in &spec.hooks {
                 crate::publish::validate_event_type(&format!("plugin.hook.{hook}")).map_err(
                     |_| {
@@ -573,6 +656,27 @@ impl Config {
             routes: RoutesFile::default(),
             settings: Settings::resolve(&FileSettings::default())?,
         })
+    }
+
+    /// The contracts folder: `OUTBOX_CONTRACTS_DIR`, else `contracts/` beside the routes file
+    /// (in the working directory when the routes are built in).
+    pub fn contracts_dir(&self) -> PathBuf {
+        if !self.settings.contracts_dir.is_empty() {
+            return PathBuf::from(&self.settings.contracts_dir);
+        }
+        self.path
+            .as_deref()
+            .and_then(Path::parent)
+            .map(|dir| dir.join("contracts"))
+            .unwrap_or_else(|| PathBuf::from("contracts"))
+    }
+
+    /// Load the event contracts of [`contracts_dir`](Self::contracts_dir) under
+    /// `OUTBOX_CONTRACTS_MODE`.
+    pub fn load_contracts(
+        &self,
+    ) -> Result<crate::contracts::Contracts, crate::contracts::ContractError> {
+        crate::contracts::Contracts::load(Some(self.contracts_dir()), self.settings.contracts_mode)
     }
 
     /// The built-in default `routes.toml` with the environment applied.
@@ -748,6 +852,47 @@ timeout_ms = 30000
             err.contains("handler plugin 'mailer' timeout_ms = 2000 ms"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn supported_versions_are_checked_and_looked_up() {
+        let parse = |text: &str| RoutesFile::parse(text, Path::new("routes.toml"));
+        let routes = parse(
+            "[policy]\nplugin = \"deny-all\"\n[plugins.mailer]\nsupported_versions = { \"mail.welcome\" = [2, 3], \"*\" = [1] }\n[plugins.other]\nsupported_versions = [1, 2]\n",
+        )
+        .unwrap();
+        let by_type = routes.plugins["mailer"].supported_versions.clone().unwrap();
+        assert!(by_type.supports("mail.welcome", 3));
+        assert!(!by_type.supports("mail.welcome", 1));
+        assert!(by_type.supports("mail.reset", 1));
+        assert!(!by_type.supports("mail.reset", 2));
+        assert_eq!(by_type.describe_for("mail.welcome"), "v2, v3");
+        let all = routes.plugins["other"].supported_versions.clone().unwrap();
+        assert!(all.supports("x.y", 2) && !all.supports("x.y", 3));
+        let only = SupportedVersions::ByType([("a.b".to_string(), vec![1])].into());
+        assert!(
+            only.supports("c.d", 7),
+            "types not listed, without \"*\": every version"
+        );
+        for (bad, expected) in [
+            ("[plugins.m]\nsupported_versions = []\n", "lists no version"),
+            (
+                "[plugins.m]\nsupported_versions = [0]\n",
+                "version 0 must be >= 1",
+            ),
+            (
+                "[plugins.m]\nsupported_versions = { \"Mail\" = [1] }\n",
+                "invalid event type",
+            ),
+            (
+                "[plugins.m]\nsupported_versions = \"all\"\n",
+                "supported_versions",
+            ),
+        ] {
+            let bad = format!("[policy]\nplugin = \"deny-all\"\n{bad}");
+            let err = parse(&bad).unwrap_err().to_string();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
     }
 
     #[test]

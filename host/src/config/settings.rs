@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use crate::contracts::ContractMode;
 
 /// Largest payload accepted by default (256 KiB).
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
@@ -238,6 +239,26 @@ impl SettingKind for DirPath {
     }
     fn show(value: &PathBuf) -> String {
         value.display().to_string()
+    }
+}
+
+/// `permissive` or `strict` ([`ContractMode`]).
+pub(crate) struct ContractModeKind;
+
+impl SettingKind for ContractModeKind {
+    type Raw = String;
+    type Value = ContractMode;
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.trim().to_string())
+    }
+    fn check(raw: &String) -> Result<(), String> {
+        raw.parse::<ContractMode>().map(|_| ())
+    }
+    fn value(raw: String) -> ContractMode {
+        raw.parse().unwrap_or_default()
+    }
+    fn show(value: &ContractMode) -> String {
+        value.to_string()
     }
 }
 
@@ -676,6 +697,23 @@ declare_settings! {
             kind: Number<usize>,
             default: 64,
             adjust: |n: usize| n.clamp(1, 1024),
+        }
+        /// Event contracts: `permissive` accepts (and counts) an event whose type or version
+        /// has no contract, `strict` rejects it. An event that breaks its contract is always
+        /// refused.
+        contracts_mode: ContractMode {
+            env: "OUTBOX_CONTRACTS_MODE",
+            file: contracts_mode: String,
+            kind: ContractModeKind,
+            default: String::from("permissive"),
+        }
+        /// The contracts folder (empty: `contracts/` beside the routes file, or in the working
+        /// directory when there is none).
+        contracts_dir: String {
+            env: "OUTBOX_CONTRACTS_DIR",
+            file: contracts_dir: String,
+            kind: Text,
+            default: String::new(),
         }
     }
 }

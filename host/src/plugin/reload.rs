@@ -2,7 +2,8 @@
 //! [`LiveConfig`].
 //!
 //! Owns the `notify` watcher and its debounce (editors write temp files, rename, write twice).
-//! A changed `routes.toml` goes to [`LiveConfig::reload_routes`]; a `.wasm` that was created,
+//! A changed `routes.toml` goes to [`LiveConfig::reload_routes`], a changed file of the contracts
+//! folder to [`LiveConfig::reload_contracts`]; a `.wasm` that was created,
 //! written or renamed into the plugin directory first retries what waits for plugin files
 //! ([`LiveConfig::retry_pending`]: a `routes.toml` held back until its plugins load, plugins left
 //! out at start-up), then goes to [`LiveConfig::reload_plugin_file`]. Those validate before they
@@ -70,7 +71,15 @@ impl LiveConfig {
                 .unwrap_or_else(|| PathBuf::from("."));
             debouncer.watch(&dir, RecursiveMode::NonRecursive)?;
         }
-        tracing::info!(plugins = %plugin_dir.display(), routes = ?routes_file, "watching for plugin and routes changes");
+        let contracts_dir = self
+            .contracts
+            .dir()
+            .filter(|d| d.is_dir())
+            .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf()));
+        if let Some(dir) = &contracts_dir {
+            debouncer.watch(dir, RecursiveMode::NonRecursive)?;
+        }
+        tracing::info!(plugins = %plugin_dir.display(), routes = ?routes_file, contracts = ?contracts_dir, "watching for plugin, routes and contracts changes");
         Ok(tokio::spawn(async move {
             let _debouncer = debouncer;
             loop {
@@ -79,18 +88,28 @@ impl LiveConfig {
                     paths = rx.recv() => match paths { Some(p) => p, None => return },
                 };
                 let mut routes_changed = false;
+                let mut contracts_changed = false;
                 let mut wasm: Vec<PathBuf> = Vec::new();
                 for path in paths {
                     if routes_file.as_ref().is_some_and(|f| {
                         path.file_name() == f.file_name() && path.parent() == f.parent()
                     }) {
                         routes_changed = true;
+                    } else if contracts_dir
+                        .as_deref()
+                        .is_some_and(|d| path.parent() == Some(d))
+                        && path.extension().is_some_and(|e| e == "toml" || e == "json")
+                    {
+                        contracts_changed = true;
                     } else if path.extension().is_some_and(|e| e == "wasm")
                         && path.exists()
                         && !wasm.contains(&path)
                     {
                         wasm.push(path);
                     }
+                }
+                if contracts_changed {
+                    self.reload_contracts();
                 }
                 if routes_changed {
                     self.reload_routes().await;

@@ -43,6 +43,8 @@ mod invoke;
 mod outcomes;
 mod receipts;
 
+pub use outcomes::RESULT_SKIPPED_VERSION;
+
 pub use crate::queue::QueueEntry;
 pub use dead_letter::{DeadLetter, DeadLetters};
 pub use outcomes::{Claim, Settled};
@@ -81,6 +83,10 @@ pub enum HandledAs {
     Retry(String),
     /// The entry went to the dead-letter stream.
     Dead(String),
+    /// The handler does not support the event's version (`supported_versions` of its
+    /// `[plugins.NAME]`): acknowledged without running it, receipted
+    /// `skipped_unsupported_version`, never retried.
+    SkippedVersion,
     /// Already finished earlier: acknowledged without running the handler.
     Duplicate,
     /// Another consumer is running it right now; left for the lease.
@@ -417,6 +423,22 @@ impl Receivers {
         };
 
         let started = Instant::now();
+        if let Some(supported) = self.unsupported_version(&handler, &entry) {
+            tracing::info!(%queue, event_id, %handler, version = entry.event_version(), supported = %supported, "handler does not support this event version; skipped");
+            let run = HandlerRun {
+                event_id,
+                handler: handler.clone(),
+                queue: queue.to_string(),
+                attempts: attempt as i32,
+                duration: started.elapsed(),
+                published: Vec::new(),
+            };
+            let handled = self
+                .record_skipped_version(queue, &claim, &entry.stream_id, &run)
+                .await;
+            metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
+            return handled;
+        }
         // The claim is renewed for as long as the handler runs; the renewal ends with it.
         let (outcome, published, (receipt_event, receipt_handler)) = tokio::select! {
             ran = self.run_handler(queue, &handler, &entry, attempt) => ran,
@@ -461,11 +483,24 @@ impl Receivers {
     }
 }
 
+impl Receivers {
+    /// The versions `handler` declares when it does not support `entry`'s event version
+    /// (`None`: it does, or declares nothing, or is the host's own plugin-invoke handler).
+    fn unsupported_version(&self, handler: &str, entry: &QueueEntry) -> Option<String> {
+        let routes = self.live.routes.load();
+        let supported = routes.plugins.get(handler)?.supported_versions.as_ref()?;
+        let event_type = entry.event_type().unwrap_or_default();
+        (!supported.supports(event_type, entry.event_version()))
+            .then(|| supported.describe_for(event_type))
+    }
+}
+
 fn handled_label(h: &HandledAs) -> &'static str {
     match h {
         HandledAs::Ok => "ok",
         HandledAs::Retry(_) => "retry",
         HandledAs::Dead(_) => "dead",
+        HandledAs::SkippedVersion => outcomes::RESULT_SKIPPED_VERSION,
         HandledAs::Duplicate => "duplicate",
         HandledAs::Busy => "busy",
         HandledAs::LostClaim => "lost_claim",

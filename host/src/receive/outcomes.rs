@@ -372,12 +372,26 @@ impl Receivers {
         stream_id: &str,
         run: Option<&HandlerRun>,
     ) -> Result<Settled, ReceiveError> {
+        self.finish_as(queue, claim, stream_id, run, RESULT_OK)
+            .await
+    }
+
+    /// [`finish_ok`](Self::finish_ok) with the receipt's `result`: `ok`, or
+    /// `skipped_unsupported_version` for an entry finished without running its handler.
+    async fn finish_as(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+        run: Option<&HandlerRun>,
+        result: &'static str,
+    ) -> Result<Settled, ReceiveError> {
         let finish = PendingFinish {
             marker: claim.marker.clone(),
             stream: self.keys.stream(queue),
             owner_value: claim.marker_value(),
             stream_id: stream_id.to_string(),
-            receipt: receipt_arg(run, "ok", None),
+            receipt: receipt_arg(run, result, None),
         };
         let ttl_s = self.settings.idempotency_ttl.as_secs().max(1);
         let receipts_stream = self.keys.receipts_stream();
@@ -404,6 +418,38 @@ impl Receivers {
         stream_id: &str,
         run: &HandlerRun,
     ) -> HandledAs {
+        self.record_finished(queue, claim, stream_id, run, RESULT_OK)
+            .await
+    }
+
+    /// Finish `claim` without running its handler, which does not support the event's version:
+    /// recorded like a success (done marker, acknowledged, never retried) with the receipt
+    /// `skipped_unsupported_version`.
+    pub(super) async fn record_skipped_version(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+        run: &HandlerRun,
+    ) -> HandledAs {
+        match self
+            .record_finished(queue, claim, stream_id, run, RESULT_SKIPPED_VERSION)
+            .await
+        {
+            HandledAs::Ok => HandledAs::SkippedVersion,
+            other => other,
+        }
+    }
+
+    /// Record a finished run of `claim` with the receipt `result` (`ok` or a skip).
+    async fn record_finished(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+        run: &HandlerRun,
+        result: &'static str,
+    ) -> HandledAs {
         let together = self
             .finishes
             .finish(PendingFinish {
@@ -411,7 +457,7 @@ impl Receivers {
                 stream: self.keys.stream(queue),
                 owner_value: claim.marker_value(),
                 stream_id: stream_id.to_string(),
-                receipt: receipt_arg(Some(run), "ok", None),
+                receipt: receipt_arg(Some(run), result, None),
             })
             .await;
         let finished = match together {
@@ -419,7 +465,7 @@ impl Receivers {
             // The shared step failed and may or may not have been applied: on its own now, as a
             // retry.
             None => {
-                self.finish_ok_through_blips(queue, claim, stream_id, run)
+                self.finish_through_blips(queue, claim, stream_id, run, result)
                     .await
             }
         };
@@ -433,14 +479,15 @@ impl Receivers {
         }
     }
 
-    /// [`finish_ok`](Self::finish_ok) retried through blips after a try whose effect is unknown:
+    /// [`finish_as`](Self::finish_as) retried through blips after a try whose effect is unknown:
     /// a lost claim whose marker says `done` was applied by an earlier try.
-    async fn finish_ok_through_blips(
+    async fn finish_through_blips(
         &self,
         queue: &str,
         claim: &Claim,
         stream_id: &str,
         run: &HandlerRun,
+        result: &'static str,
     ) -> Result<Settled, ReceiveError> {
         retry_blips(
             "record success",
@@ -448,7 +495,10 @@ impl Receivers {
             self.blip_deadline(),
             blips::receive_blip,
             || async move {
-                match self.finish_ok(queue, claim, stream_id, Some(run)).await? {
+                match self
+                    .finish_as(queue, claim, stream_id, Some(run), result)
+                    .await?
+                {
                     // A blip while reading the marker is retried with the whole step, not taken
                     // for a lost claim (which would leave the entry without receipt).
                     Settled::LostClaim
@@ -707,6 +757,11 @@ async fn record_finish_batches(
 
 /// The receipt argument of an outcome script: `run`'s receipt as a receipts stream entry, or
 /// empty (none).
+/// The receipt result of a handler that finished its entry.
+pub(super) const RESULT_OK: &str = "ok";
+/// The receipt result of an entry whose event version its handler does not support.
+pub const RESULT_SKIPPED_VERSION: &str = "skipped_unsupported_version";
+
 fn receipt_arg(run: Option<&HandlerRun>, result: &'static str, error: Option<&str>) -> String {
     run.map(|run| ReceiptUpdate::Outcome(run.receipt(result, error)).encode())
         .unwrap_or_default()

@@ -40,7 +40,7 @@ pub struct Receipt {
     pub handler: String,
     /// The queue the entry came from.
     pub queue: String,
-    /// `ok`, `retry` or `dead`.
+    /// `ok`, `skipped_unsupported_version`, `retry` or `dead`.
     pub result: &'static str,
     /// Handler attempts so far.
     pub attempts: i32,
@@ -168,6 +168,9 @@ impl ReceiptUpdate {
             } => {
                 let result = match r.as_str() {
                     "ok" => "ok",
+                    super::outcomes::RESULT_SKIPPED_VERSION => {
+                        super::outcomes::RESULT_SKIPPED_VERSION
+                    }
                     "retry" => "retry",
                     "dead" => "dead",
                     other => return Err(format!("unknown result {other:?}")),

@@ -54,6 +54,55 @@ pub async fn status_counts(pool: &PgPool) -> Result<StatusCounts, StoreError> {
     })
 }
 
+/// Receipts of one handler by result: what `outbox stats` shows per handler.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HandlerResults {
+    /// The handler (for plugin-invoke jobs: the subscribed plugin).
+    pub handler: String,
+    /// Finished.
+    pub ok: i64,
+    /// Not run: the handler does not support the event's version.
+    pub skipped_unsupported_version: i64,
+    /// Waiting for a retry.
+    pub retry: i64,
+    /// Dead-lettered.
+    pub dead: i64,
+}
+
+/// Receipt counts by handler and result (at most `limit` handlers, by name).
+pub async fn receipt_counts_by_handler(
+    pool: &PgPool,
+    limit: i64,
+) -> Result<Vec<HandlerResults>, StoreError> {
+    let rows = sqlx::query(
+        r#"
+        SELECT handler,
+               count(*) FILTER (WHERE result = 'ok') AS ok,
+               count(*) FILTER (WHERE result = 'skipped_unsupported_version') AS skipped,
+               count(*) FILTER (WHERE result = 'retry') AS retry,
+               count(*) FILTER (WHERE result = 'dead') AS dead
+        FROM outbox_receipt
+        GROUP BY handler
+        ORDER BY handler
+        LIMIT $1
+        "#,
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+    .context("receipt_counts_by_handler")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| HandlerResults {
+            handler: r.get("handler"),
+            ok: r.get("ok"),
+            skipped_unsupported_version: r.get("skipped"),
+            retry: r.get("retry"),
+            dead: r.get("dead"),
+        })
+        .collect())
+}
+
 // ---- Operator queries: what `outbox stats`, `outbox plugins list` and the demo show. ----
 
 /// `url` with its database name replaced (`postgres://u@h/a?x=1` + `b` ->
