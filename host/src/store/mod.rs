@@ -1,6 +1,8 @@
 //! Store: everything the host reads and writes in PostgreSQL after an event is published.
 //!
-//! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease), recording a batch's outcomes, releasing
+//! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease, and per-key ordering: an event with an
+//! ordering key waits while an earlier event of its key is pending or processing, see
+//! [`CLAIM_SQL`]), recording a batch's outcomes, releasing
 //! claims on shutdown, worker heartbeats and retention; what operators and the demo read is in
 //! [`operator`] (re-exported here). Every statement
 //! here is short and autocommitted (or one small transaction): the store never holds a row lock
