@@ -8,6 +8,11 @@
 //! the rows. It never knows which queue system the [`Sink`] is, and it never writes its own
 //! backoff loop (see [`crate::reconnect`]).
 //!
+//! Per-key ordering is the claim's ([`store::CLAIM_SQL`]): a claim holds at most the head event
+//! of each ordering key, and the next event of the key is claimable only once the head's outcome
+//! is recorded, so the batches in flight (here and on other hosts) never carry two events of one
+//! key, and a key's events reach each queue in id order.
+//!
 //! Whose fault: only what is the event's own (the router refuses it, the sink refuses an entry)
 //! counts as an attempt and waits on the event backoff (`OUTBOX_BACKOFF_SECONDS`). An
 //! infrastructure blip ([`crate::fault`]) never does: an event whose hand-off hit one is released

@@ -379,5 +379,13 @@ async fn retention_loop(
             }
             Err(e) => tracing::warn!(error = %e, "status counts failed"),
         }
+        match store::ordering_blocked(&pool, 1).await {
+            Ok(blocked) => {
+                metrics::gauge!("outbox_ordering_blocked_keys").set(blocked.blocked_keys as f64);
+                metrics::gauge!("outbox_ordering_oldest_blocked_seconds")
+                    .set(blocked.oldest_blocked_seconds.unwrap_or_default());
+            }
+            Err(e) => tracing::warn!(error = %e, "ordering keys blocked by a retry: read failed"),
+        }
     }
 }

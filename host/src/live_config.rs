@@ -389,6 +389,7 @@ pub fn routes_change(current: &RoutesFile, next: &RoutesFile) -> String {
         section("handlers", &current.handlers, &next.handlers),
         section("queue_groups", &current.queue_groups, &next.queue_groups),
         section("plugins", &current.plugins, &next.plugins),
+        section("queues", &current.queues, &next.queues),
     ]
     .into_iter()
     .flatten()

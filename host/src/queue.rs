@@ -67,6 +67,9 @@ pub mod field {
     pub const CREATED_AT: &str = "created_at";
     /// Dispatch attempt that enqueued the entry (decimal).
     pub const ATTEMPT: &str = "attempt";
+    /// The event's ordering key; written only for events that have one (absent: unordered).
+    /// Receivers of a queue marked `ordered` run one entry of a key at a time.
+    pub const ORDERING_KEY: &str = "ordering_key";
     /// Handler attempt of a redelivered entry (absent: 1).
     pub const HANDLER_ATTEMPT: &str = "handler_attempt";
     /// The error of the previous handler attempt (retries only).
@@ -212,9 +215,10 @@ pub struct QueueEntry {
 }
 
 impl QueueEntry {
-    /// The fields the sink writes for `event` (in this order), values as Redis receives them.
-    pub fn encode(event: &ClaimedEvent) -> [(&'static str, String); 9] {
-        [
+    /// The fields the sink writes for `event` (in this order), values as Redis receives them;
+    /// `ordering_key` last, and only when the event has one.
+    pub fn encode(event: &ClaimedEvent) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
             (field::EVENT_ID, event.id.to_string()),
             (field::EVENT_TYPE, event.event_type.clone()),
             (field::EVENT_VERSION, event.event_version.to_string()),
@@ -235,7 +239,11 @@ impl QueueEntry {
                     .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             ),
             (field::ATTEMPT, event.attempts.to_string()),
-        ]
+        ];
+        if let Some(key) = &event.ordering_key {
+            fields.push((field::ORDERING_KEY, key.clone()));
+        }
+        fields
     }
 
     /// An entry as read with `XREAD`/`XRANGE` (field values as text, fields sorted by name).
@@ -317,6 +325,11 @@ impl QueueEntry {
     /// The producer idempotency key, unless absent or empty.
     pub fn dispatch_key(&self) -> Option<&str> {
         self.non_empty(field::DISPATCH_KEY)
+    }
+
+    /// The ordering key, unless absent or empty (an entry without one is unordered).
+    pub fn ordering_key(&self) -> Option<&str> {
+        self.non_empty(field::ORDERING_KEY)
     }
 
     /// When the event was published, as written (empty when absent).
@@ -503,6 +516,26 @@ mod tests {
         assert_eq!(entry.created_at(), "2024-05-06T07:08:09.123456Z");
         assert_eq!(entry.get(field::ATTEMPT), Some("2"));
         assert_eq!(entry.handler_attempt(), 1);
+    }
+
+    #[test]
+    fn the_ordering_key_is_written_only_when_the_event_has_one() {
+        let mut keyed = event();
+        keyed.ordering_key = Some("account-9".into());
+        let fields = QueueEntry::encode(&keyed);
+        assert_eq!(fields.len(), 10);
+        assert_eq!(fields[9], (field::ORDERING_KEY, "account-9".to_string()));
+        assert_eq!(read_back(&fields).ordering_key(), Some("account-9"));
+        let unkeyed = read_back(&QueueEntry::encode(&event()));
+        assert_eq!(unkeyed.ordering_key(), None);
+        assert_eq!(
+            unkeyed.get(field::ORDERING_KEY),
+            None,
+            "no empty field either"
+        );
+        // A retry keeps the key.
+        let retried = QueueEntry::from_flat("2-0", &read_back(&fields).retry_fields(1, "boom"));
+        assert_eq!(retried.ordering_key(), Some("account-9"));
     }
 
     #[test]

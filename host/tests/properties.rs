@@ -902,13 +902,14 @@ fn claimed_event() -> impl Strategy<Value = ClaimedEvent> {
             any::<String>(),
             option::of(any::<String>()),
             any::<i32>(),
+            option::of(any::<String>()),
         ),
         created_at(),
     )
         .prop_map(
             |(
                 (id, event_type, version, tenant),
-                (payload, headers, dispatch_key, attempts),
+                (payload, headers, dispatch_key, attempts, ordering_key),
                 created_at,
             )| {
                 let mut event = ClaimedEvent::unclaimed(id, event_type, payload);
@@ -916,6 +917,7 @@ fn claimed_event() -> impl Strategy<Value = ClaimedEvent> {
                 event.tenant_id = tenant;
                 event.headers = headers;
                 event.dispatch_key = dispatch_key;
+                event.ordering_key = ordering_key;
                 event.attempts = attempts;
                 event.created_at = created_at;
                 event
@@ -924,7 +926,7 @@ fn claimed_event() -> impl Strategy<Value = ClaimedEvent> {
 }
 
 /// Every field name of a queue entry.
-const FIELD_NAMES: [&str; 17] = [
+const FIELD_NAMES: [&str; 18] = [
     field::EVENT_ID,
     field::EVENT_TYPE,
     field::EVENT_VERSION,
@@ -942,6 +944,7 @@ const FIELD_NAMES: [&str; 17] = [
     field::QUEUE,
     field::DEAD_AT,
     field::REPLAYED_FROM,
+    field::ORDERING_KEY,
 ];
 
 /// A field name or value as Redis might hand one back: known names, numbers at the edges of
@@ -1344,7 +1347,11 @@ proptest! {
     fn queue_entry_round_trips_every_field(event in claimed_event()) {
         let encoded = QueueEntry::encode(&event);
         let names: Vec<&str> = encoded.iter().map(|(k, _)| *k).collect();
-        prop_assert_eq!(names, FIELD_NAMES[..9].to_vec());
+        let mut expected = FIELD_NAMES[..9].to_vec();
+        if event.ordering_key.is_some() {
+            expected.push(field::ORDERING_KEY);
+        }
+        prop_assert_eq!(names, expected);
         let flat: Vec<String> = encoded.iter().flat_map(|(k, v)| [k.to_string(), v.clone()]).collect();
         let stream = redis::streams::StreamId {
             id: "1-0".into(),
@@ -1364,6 +1371,7 @@ proptest! {
             prop_assert_eq!(entry.payload(), event.payload.as_str());
             prop_assert_eq!(entry.headers(), event.headers.as_str());
             prop_assert_eq!(entry.dispatch_key().map(String::from), non_empty(&event.dispatch_key));
+            prop_assert_eq!(entry.ordering_key().map(String::from), non_empty(&event.ordering_key));
             let created = chrono::DateTime::parse_from_rfc3339(entry.created_at())
                 .map(|t| t.with_timezone(&chrono::Utc));
             prop_assert_eq!(created.ok(), Some(event.created_at));

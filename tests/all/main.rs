@@ -14,6 +14,7 @@ mod hook_children;
 mod http;
 mod invoke_jobs;
 mod limits;
+mod ordering;
 mod plugins;
 mod publish;
 mod receive;

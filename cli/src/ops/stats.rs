@@ -8,10 +8,12 @@ use outbox_host::config::{Config, ShownSetting};
 use outbox_host::routing::{route_one, RouteDecider, RouteDecision, Router};
 use outbox_host::store::{self, ClaimedEvent};
 
-/// Print the status counts (and per-type failures and live workers) of the outbox.
+/// Print the status counts (and per-type failures, ordering keys blocked by a retry and live
+/// workers) of the outbox.
 pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     let counts = store::status_counts(pool).await?;
     let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
+    let ordering = store::ordering_blocked(pool, 20).await?;
     let workers = store::recent_workers(pool, 20).await?;
     let handlers = store::receipt_counts_by_handler(pool, 50).await?;
     if json {
@@ -21,6 +23,7 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
                 "status": counts,
                 "failed_by_type": failed_by_type,
                 "handlers": handlers,
+                "ordering": ordering,
                 "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago})).collect::<Vec<_>>(),
             })
         );
@@ -66,6 +69,36 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
                 Cell::new(h.skipped_unsupported_version),
                 Cell::new(h.retry),
                 Cell::new(h.dead),
+            ]);
+        }
+        out!("{t}");
+    }
+    if ordering.blocked_keys > 0 {
+        out!(
+            "ordering keys blocked by a retry: {} ({} events held back, oldest waiting {:.0} s)",
+            ordering.blocked_keys,
+            ordering.held_back_events,
+            ordering.oldest_blocked_seconds.unwrap_or_default()
+        );
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "ordering key",
+            "head event",
+            "attempts",
+            "retry in",
+            "held back",
+            "oldest waiting",
+            "last error",
+        ]);
+        for k in &ordering.keys {
+            t.add_row(vec![
+                Cell::new(&k.ordering_key),
+                Cell::new(k.head_id),
+                Cell::new(k.head_attempts),
+                Cell::new(format!("{:.0} s", k.retry_in_seconds)),
+                Cell::new(k.held_back_events),
+                Cell::new(format!("{:.0} s", k.oldest_blocked_seconds)),
+                Cell::new(k.head_last_error.as_deref().unwrap_or("")),
             ]);
         }
         out!("{t}");

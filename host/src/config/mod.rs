@@ -291,6 +291,18 @@ impl SupportedVersions {
     }
 }
 
+/// `[queues."NAME"]`: options of one queue (a table per queue, so that more per-queue options
+/// can join it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSpec {
+    /// Receivers run one entry of an ordering key at a time, in stream order, and hold back
+    /// the key's later entries while an entry waits for a handler retry (see
+    /// `receive::ordering`). Entries without an ordering key are not held back. Default false.
+    #[serde(default)]
+    pub ordered: bool,
+}
+
 /// The parsed `routes.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -317,6 +329,9 @@ pub struct RoutesFile {
     /// Plugin name -> spec.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginSpec>,
+    /// Queue -> per-queue options (`[queues."outbox.billing"] ordered = true`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queues: BTreeMap<String, QueueSpec>,
 }
 
 /// How much longer than the slowest handler plugin's `timeout_ms` the receiver lease
@@ -346,6 +361,11 @@ impl RoutesFile {
             source,
         })?;
         Self::parse(&text, path)
+    }
+
+    /// Whether `[queues."NAME"]` marks `queue` ordered.
+    pub fn is_ordered(&self, queue: &str) -> bool {
+        self.queues.get(queue).is_some_and(|spec| spec.ordered)
     }
 
     /// The routing table of `[routes]`.
@@ -443,6 +463,10 @@ impl RoutesFile {
                 validate_queue_name(q)
                     .map_err(|m| invalid(format!("[queue_groups] {group}: queue '{q}': {m}")))?;
             }
+        }
+        for queue in self.queues.keys() {
+            validate_queue_name(queue)
+                .map_err(|m| invalid(format!("[queues] \"{queue}\": {m}")))?;
         }
         let known_plugin = |name: &str| self.plugins.contains_key(name);
         if self.router.plugin != "native" && !known_plugin(&self.router.plugin) {
@@ -766,6 +790,55 @@ mod tests {
                 .to_string();
             assert_eq!(err, format!("r.toml: [settings] {key} must not be empty"));
         }
+    }
+
+    #[test]
+    fn queues_marked_ordered_in_the_queues_table_are_ordered_and_others_are_not() {
+        let routes = RoutesFile::parse(
+            "[queues.\"outbox.billing\"]\nordered = true\n[queues.\"outbox.mail\"]\n",
+            Path::new("r.toml"),
+        )
+        .unwrap();
+        assert!(routes.is_ordered("outbox.billing"));
+        assert!(
+            !routes.is_ordered("outbox.mail"),
+            "ordered defaults to false"
+        );
+        assert!(!routes.is_ordered("outbox.audit"), "not listed: unordered");
+        assert!(!RoutesFile::default().is_ordered("outbox.billing"));
+        // The shipped routes.toml parses, with its example commented out.
+        RoutesFile::parse(DEFAULT_ROUTES_TOML, Path::new("routes.toml")).unwrap();
+    }
+
+    #[test]
+    fn the_queues_table_refuses_unknown_keys_and_invalid_queue_names() {
+        let err = RoutesFile::parse(
+            "[queues.\"outbox.billing\"]\nordred = true\n",
+            Path::new("r.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("ordred"), "{err}");
+        for (bad, why) in [
+            ("outbox:billing", "no ':'"),
+            ("outbox.billing.dead-letter", "dead-letter"),
+        ] {
+            let err = RoutesFile::parse(
+                &format!("[queues.\"{bad}\"]\nordered = true\n"),
+                Path::new("r.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(&format!("[queues] \"{bad}\"")), "{err}");
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+        let err = RoutesFile::parse(
+            "[queues.\"outbox.billing\"]\nordered = 1\n",
+            Path::new("r.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("ordered"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use redis::AsyncCommands;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::ordering::{KeyLanes, MAX_HELD_BACK};
 use super::{ClaimAhead, QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::{redis_reader_config, Backoff};
@@ -84,7 +85,7 @@ impl InFlight {
 }
 
 /// Removes a stream id from [`InFlight`] when its handler task ends (or is aborted).
-struct InFlightGuard {
+pub(super) struct InFlightGuard {
     in_flight: Arc<InFlight>,
     stream_id: String,
 }
@@ -101,6 +102,8 @@ pub(super) struct Handling {
     permits: Arc<Semaphore>,
     tasks: tokio::task::JoinSet<()>,
     in_flight: Arc<InFlight>,
+    /// On an ordered queue: the entries of each ordering key, one running at a time.
+    lanes: Arc<KeyLanes<(QueueEntry, InFlightGuard)>>,
 }
 
 impl Handling {
@@ -110,6 +113,7 @@ impl Handling {
             permits: Arc::new(Semaphore::new(concurrency)),
             tasks: tokio::task::JoinSet::new(),
             in_flight: Arc::default(),
+            lanes: Arc::default(),
         }
     }
 }
@@ -150,6 +154,18 @@ impl Receivers {
         let _receiving = self.receiving_guard(&queue);
         tracing::info!(%queue, consumer = %self.consumer, "receiver started");
         let mut handling = Handling::new(self.settings.receiver_concurrency);
+        if self.live.routes.load().is_ordered(&queue) {
+            // Entries waiting for a retry keep their keys blocked across a restart.
+            match self.block_keys_in_retry_set(&queue, &handling.lanes).await {
+                Ok(0) => {}
+                Ok(blocked) => {
+                    tracing::info!(%queue, blocked, "ordered queue: keys wait for their entries in the retry set")
+                }
+                Err(e) => {
+                    tracing::warn!(%queue, error = %e, "ordered queue: cannot read the retry set; its keys are not held back")
+                }
+            }
+        }
         let mut reader: Option<redis::aio::MultiplexedConnection> = None;
         let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
         // Set by a failed read: recover this consumer's own pending entries before reading on.
@@ -163,6 +179,23 @@ impl Receivers {
                 if let Err(e) = self.housekeeping(&queue, &mut handling).await {
                     tracing::warn!(%queue, error = %e, "receiver housekeeping failed");
                 }
+            }
+            let released = handling.lanes.expired(Instant::now());
+            if !released.is_empty() {
+                for (key, event_id, _) in &released {
+                    tracing::warn!(%queue, ordering_key = %key, event_id, "the retried entry this ordering key waited for did not come back in time; its later entries run");
+                }
+                let heads = released.into_iter().map(|(key, _, item)| (Some(key), item));
+                self.spawn_admitted(&queue, heads.collect(), &mut handling)
+                    .await;
+            }
+            if handling.lanes.held_back() >= MAX_HELD_BACK {
+                // Enough entries wait behind their keys: let them run before reading more.
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(READ_BLOCK) => {}
+                }
+                continue;
             }
             if reader.is_none() {
                 match self
@@ -320,21 +353,56 @@ impl Receivers {
     /// as concurrency permits come free, a group at a time, the group's idempotency claims made
     /// in one round trip ([`Receivers::claim_ahead`]) before its tasks start. A group is what is
     /// free at once (at least one permit, waited for), so a claim never waits for a permit.
+    ///
+    /// On a queue marked ordered, an entry with an ordering key starts only when no entry of its
+    /// key runs or waits for a retry here; otherwise it waits in its key's lane (see
+    /// `receive::ordering`), and the task running its key runs it next.
     pub(super) async fn spawn_handlers(
         &self,
         queue: &str,
         entries: Vec<QueueEntry>,
         handling: &mut Handling,
     ) {
-        let mut entries = entries.into_iter().filter_map(|entry| {
-            handling.in_flight.start(&entry.stream_id).then(|| {
-                let guard = InFlightGuard {
-                    in_flight: handling.in_flight.clone(),
-                    stream_id: entry.stream_id.clone(),
-                };
-                (entry, guard)
+        let ordered = self.live.routes.load().is_ordered(queue);
+        let lanes = handling.lanes.clone();
+        let admitted = entries
+            .into_iter()
+            .filter_map(|entry| {
+                handling.in_flight.start(&entry.stream_id).then(|| {
+                    let guard = InFlightGuard {
+                        in_flight: handling.in_flight.clone(),
+                        stream_id: entry.stream_id.clone(),
+                    };
+                    (entry, guard)
+                })
             })
-        });
+            .filter_map(|(entry, guard)| {
+                let key = ordered
+                    .then(|| entry.ordering_key().map(str::to_string))
+                    .flatten();
+                match key {
+                    Some(key) => {
+                        let event_id = entry.event_id();
+                        lanes
+                            .admit(&key, event_id, (entry, guard))
+                            .map(|item| (Some(key), item))
+                    }
+                    None => Some((None, (entry, guard))),
+                }
+            })
+            .collect();
+        self.spawn_admitted(queue, admitted, handling).await;
+    }
+
+    /// Start a handler task for each of `entries` (with its ordering key when its lane admitted
+    /// it): see [`spawn_handlers`](Self::spawn_handlers).
+    async fn spawn_admitted(
+        &self,
+        queue: &str,
+        entries: Vec<(Option<String>, (QueueEntry, InFlightGuard))>,
+        handling: &mut Handling,
+    ) {
+        let mut entries = entries.into_iter();
         let mut group = Vec::new();
         while let Some(first) = entries.next() {
             // The semaphore is never closed, so acquiring only waits.
@@ -352,18 +420,27 @@ impl Receivers {
             let aheads = match handler {
                 Some(handler) => {
                     let read: Vec<&QueueEntry> =
-                        group.iter().map(|((entry, _), _)| entry).collect();
+                        group.iter().map(|((_, (entry, _)), _)| entry).collect();
                     self.claim_ahead(&handler, &read).await
                 }
                 None => group.iter().map(|_| ClaimAhead::NotTried).collect(),
             };
-            for (((entry, guard), permit), ahead) in group.drain(..).zip(aheads) {
+            for (((key, (entry, guard)), permit), ahead) in group.drain(..).zip(aheads) {
                 let me = self.clone();
                 let queue = queue.to_string();
+                let lanes = handling.lanes.clone();
                 handling.tasks.spawn(async move {
-                    me.handle_claimed_entry(&queue, entry, ahead).await;
+                    match key {
+                        Some(key) => {
+                            me.handle_in_lane(&queue, &lanes, &key, (entry, guard), ahead)
+                                .await
+                        }
+                        None => {
+                            me.handle_claimed_entry(&queue, entry, ahead).await;
+                            drop(guard);
+                        }
+                    }
                     drop(permit);
-                    drop(guard);
                 });
             }
         }

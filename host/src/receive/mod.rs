@@ -11,7 +11,9 @@
 //! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
 //! in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
-//! `housekeeping`; receipts (appended to the receipts stream with each outcome, moved to
+//! `housekeeping`; on queues marked ordered, one entry of an ordering key at a time (a retried
+//! entry holding its key until it comes back) in `ordering`; receipts (appended to the
+//! receipts stream with each outcome, moved to
 //! PostgreSQL in batches by a writer) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
 //! these writes through infrastructure blips (a quick retry on a fresh connection, not a
 //! redelivery after the lease) in `blips`. Key names and entry fields come from
@@ -40,6 +42,7 @@ mod consume;
 mod dead_letter;
 mod housekeeping;
 mod invoke;
+mod ordering;
 mod outcomes;
 mod receipts;
 

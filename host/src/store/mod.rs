@@ -1,6 +1,8 @@
 //! Store: everything the host reads and writes in PostgreSQL after an event is published.
 //!
-//! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease), recording a batch's outcomes, releasing
+//! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease, and per-key ordering: an event with an
+//! ordering key waits while an earlier event of its key is pending or processing, see
+//! [`CLAIM_SQL`]), recording a batch's outcomes, releasing
 //! claims on shutdown, worker heartbeats and retention; what operators and the demo read is in
 //! [`operator`] (re-exported here). Every statement
 //! here is short and autocommitted (or one small transaction): the store never holds a row lock
@@ -122,7 +124,8 @@ pub struct ClaimedEvent {
     pub headers: String,
     /// Producer idempotency key.
     pub dispatch_key: Option<String>,
-    /// Ordering key (informational for now).
+    /// Ordering key: events of one key are claimed one at a time, in id order (see
+    /// [`CLAIM_SQL`]).
     pub ordering_key: Option<String>,
     /// Attempt number of this claim (1 on first claim).
     pub attempts: i32,
@@ -172,11 +175,25 @@ pub struct Claim {
 /// instead of the batch. The row lock taken in `due` keeps each `ctid` valid until the update in
 /// the same statement; a row another transaction changed after this statement's snapshot is not
 /// visible at its TID and is left for the next claim (never half-claimed).
+///
+/// Per-key ordering: a row with an `ordering_key` is claimable only while no row of the same key
+/// with a lower id is `pending` or `processing` (one probe of `outbox_event_ordering_idx`), so a
+/// claim takes at most the head of each key, and the next event of a key waits until the head
+/// is `done`, `failed` or `cancelled` (a retry puts the head back to `pending`: it still
+/// blocks). Against a concurrent claimer the check needs no lock: a row that claimer has locked
+/// or claimed is `pending` or `processing` in any snapshot this statement can have, so it
+/// blocks its later rows here whether or not `SKIP LOCKED` skips the row itself; a row only
+/// stops blocking once its outcome (written after its hand-off to every queue) has committed.
 pub const CLAIM_SQL: &str = r#"
     WITH due AS (
         SELECT ctid, status AS previous_status
-        FROM outbox_event
+        FROM outbox_event candidate
         WHERE status IN ('pending', 'processing') AND available_at <= now()
+          AND (ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM outbox_event earlier
+                WHERE earlier.ordering_key = candidate.ordering_key
+                  AND earlier.id < candidate.id
+                  AND earlier.status IN ('pending', 'processing')))
         ORDER BY available_at, id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -240,12 +257,20 @@ pub async fn claim_due_events(
 }
 
 /// How long until the next claimable row becomes due, measured on the database clock
-/// (`None`: nothing pending or leased; zero: something is due now).
+/// (`None`: nothing pending or leased; zero: something is due now). Rows held back behind an
+/// earlier event of their ordering key do not count: they become claimable when that event
+/// finishes, not at their own `available_at`.
 pub async fn time_until_next_due(pool: &PgPool) -> Result<Option<Duration>, StoreError> {
     let secs: Option<f64> = sqlx::query_scalar(
         r#"
         SELECT greatest(0, extract(epoch FROM min(available_at) - now()))::float8
-        FROM outbox_event WHERE status IN ('pending', 'processing')
+        FROM outbox_event candidate
+        WHERE status IN ('pending', 'processing')
+          AND (ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM outbox_event earlier
+                WHERE earlier.ordering_key = candidate.ordering_key
+                  AND earlier.id < candidate.id
+                  AND earlier.status IN ('pending', 'processing')))
         "#,
     )
     .fetch_one(pool)

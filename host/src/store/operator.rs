@@ -103,6 +103,100 @@ pub async fn receipt_counts_by_handler(
         .collect())
 }
 
+/// Ordering keys held up by a retry: the key's head event (its lowest id still pending or
+/// processing) waits for a retry while later events of the key wait behind it (see
+/// [`crate::store::CLAIM_SQL`]).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct OrderingBlocked {
+    /// Keys whose head waits for a retry with later events of the key waiting.
+    pub blocked_keys: i64,
+    /// Events waiting behind those heads.
+    pub held_back_events: i64,
+    /// Age of the oldest event waiting behind such a head, seconds (`None`: no key blocked).
+    pub oldest_blocked_seconds: Option<f64>,
+    /// The blocked keys whose waiting events are oldest, oldest first (at most the limit asked).
+    pub keys: Vec<BlockedKey>,
+}
+
+/// One ordering key held up by a retry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BlockedKey {
+    /// The ordering key.
+    pub ordering_key: String,
+    /// The head event, waiting for its retry.
+    pub head_id: i64,
+    /// Dispatch attempts the head has had.
+    pub head_attempts: i32,
+    /// The head's last error.
+    pub head_last_error: Option<String>,
+    /// Seconds until the head's retry is due.
+    pub retry_in_seconds: f64,
+    /// Events of the key waiting behind the head.
+    pub held_back_events: i64,
+    /// Age of the oldest of them, seconds.
+    pub oldest_blocked_seconds: f64,
+}
+
+/// The ordering keys held up by a retry ([`OrderingBlocked`]), listing at most `limit` of them.
+/// Reads only `outbox_event_ordering_idx`'s rows (pending and processing events with a key).
+pub async fn ordering_blocked(pool: &PgPool, limit: i64) -> Result<OrderingBlocked, StoreError> {
+    let rows = sqlx::query(
+        r#"
+        WITH heads AS (
+            SELECT DISTINCT ON (ordering_key) ordering_key, id, status, available_at, attempts,
+                   last_error
+            FROM outbox_event
+            WHERE status IN ('pending', 'processing') AND ordering_key IS NOT NULL
+            ORDER BY ordering_key, id
+        ),
+        blocked AS (
+            SELECT h.ordering_key, h.id, h.attempts, h.last_error,
+                   extract(epoch FROM h.available_at - now())::float8 AS retry_in,
+                   held.n AS held, extract(epoch FROM now() - held.since)::float8 AS age
+            FROM heads h
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS n, min(later.created_at) AS since
+                FROM outbox_event later
+                WHERE later.ordering_key = h.ordering_key AND later.id > h.id
+                  AND later.status IN ('pending', 'processing')
+            ) held
+            WHERE h.status = 'pending' AND h.available_at > now() AND h.attempts > 0
+              AND held.n > 0
+        )
+        SELECT ordering_key, id, attempts, last_error, retry_in, held, age,
+               count(*) OVER () AS keys, sum(held) OVER ()::bigint AS held_total,
+               max(age) OVER () AS oldest
+        FROM blocked
+        ORDER BY age DESC, ordering_key
+        LIMIT $1
+        "#,
+    )
+    .bind(limit.max(1))
+    .fetch_all(pool)
+    .await
+    .context("ordering keys blocked by a retry")?;
+    let mut blocked = OrderingBlocked::default();
+    if let Some(first) = rows.first() {
+        blocked.blocked_keys = first.get("keys");
+        blocked.held_back_events = first.get("held_total");
+        blocked.oldest_blocked_seconds = Some(first.get("oldest"));
+    }
+    blocked.keys = rows
+        .iter()
+        .take(usize::try_from(limit).unwrap_or(0))
+        .map(|r| BlockedKey {
+            ordering_key: r.get("ordering_key"),
+            head_id: r.get("id"),
+            head_attempts: r.get("attempts"),
+            head_last_error: r.get("last_error"),
+            retry_in_seconds: r.get("retry_in"),
+            held_back_events: r.get("held"),
+            oldest_blocked_seconds: r.get("age"),
+        })
+        .collect();
+    Ok(blocked)
+}
+
 // ---- Operator queries: what `outbox stats`, `outbox plugins list` and the demo show. ----
 
 /// `url` with its database name replaced (`postgres://u@h/a?x=1` + `b` ->

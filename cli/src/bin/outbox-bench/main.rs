@@ -1,7 +1,7 @@
 //! `outbox-bench`: every headline figure of the host with the baseline it is compared to,
 //! measured in the same run: dispatch against the SQL limit, end to end against graphile-worker,
-//! commit-to-enqueue latency, the router plugin against the native table, fresh instantiation,
-//! receiver throughput, the capability check in WebAssembly against Rust, host memory over a
+//! dispatch with ordering keys against the same events without them, commit-to-enqueue
+//! latency, the router plugin against the native table, fresh instantiation, receiver throughput, the capability check in WebAssembly against Rust, host memory over a
 //! million events, and the claim's cost with few and many finished rows.
 //!
 //! `scripts/bench.sh` (release build, plugins, graphile-worker baseline) or
@@ -28,6 +28,7 @@ mod common;
 mod dispatch;
 mod e2e;
 mod latency;
+mod ordered;
 mod plugins;
 mod policy;
 mod receive;
@@ -85,6 +86,17 @@ struct Args {
     /// Claims timed in each claim-cost case (the median is reported).
     #[arg(long, default_value_t = 20)]
     claim_samples: usize,
+    /// Events dispatched in each run of the ordered section.
+    #[arg(long, default_value_t = 20_000)]
+    ordered_events: i64,
+    /// Ordering keys the ordered section spreads its events over.
+    #[arg(long, default_value_t = 1000)]
+    ordered_keys: i64,
+    /// Dispatch batch size of the ordered section's two runs (the default
+    /// `OUTBOX_DISPATCH_BATCH_SIZE`): with one event of a key in flight at a time, 1,000 keys
+    /// fill two batches of 100 in flight but not two of 1,000.
+    #[arg(long, default_value_t = 100)]
+    ordered_batch: i64,
     /// Run only these sections (comma-separated; default all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
@@ -111,6 +123,8 @@ enum Section {
     ClaimCost,
     /// Resident memory of an `outbox run` process over many events.
     Rss,
+    /// Dispatch throughput with ordering keys against the same events without them.
+    Ordered,
 }
 
 #[tokio::main]
@@ -127,12 +141,15 @@ async fn main() -> anyhow::Result<()> {
     ));
     // The router `outbox run` would build from this configuration (the dispatch and latency
     // sections measure the host as it runs).
-    let serving = match run(Section::Dispatch) || run(Section::Latency) {
+    let serving = match run(Section::Dispatch) || run(Section::Latency) || run(Section::Ordered) {
         true => Some(common::serving_router(&config, &settings).await?),
         false => None,
     };
     if let (true, Some(router)) = (run(Section::Dispatch), &serving) {
         dispatch::run(&args, &mut report, &pool, &settings, router).await?;
+    }
+    if let (true, Some(router)) = (run(Section::Ordered), &serving) {
+        ordered::run(&args, &mut report, &pool, &settings, router).await?;
     }
     if run(Section::Plugins) {
         plugins::run(&args, &mut report, &config, &pool, &settings).await?;
