@@ -123,6 +123,14 @@ pub fn parse_tracestate(value: &str) -> Result<TraceState, TraceContextError> {
                 crate::capability::clip(member, 64)
             )));
         };
+        // The W3C value: printable ASCII (no ',' or '=', checked below), not ending in a space.
+        if val.is_empty() || val.ends_with(' ') || !val.bytes().all(|b| (b' '..=b'~').contains(&b))
+        {
+            return Err(invalid(format!(
+                "the value of {:?} is not printable ASCII",
+                crate::capability::clip(key, 64)
+            )));
+        }
         members.push((key.to_string(), val.to_string()));
     }
     if members.len() > MAX_TRACESTATE_MEMBERS {
