@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 #[macro_use]
 mod output;
 mod ops;
+mod span_export;
 
 /// Transactional outbox host: moves committed events from PostgreSQL to Redis queues.
 #[derive(Parser)]
@@ -491,17 +492,13 @@ fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        // Colours only for a person at a terminal, never in a log file or a pipe.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let span_export = span_export::init();
     let cli = Cli::parse();
-    match run(cli).await {
+    let ran = run(cli).await;
+    if let Some(span_export) = span_export {
+        span_export.shutdown().await;
+    }
+    match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<ExitStatus>() {
             Some(ExitStatus(code)) => std::process::ExitCode::from(*code),

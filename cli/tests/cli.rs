@@ -8,6 +8,10 @@ use std::process::{Command, Output};
 use outbox_host::store::Role;
 use sqlx::PgPool;
 
+mod cli {
+    mod otlp;
+}
+
 fn database_url(db: &str) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     outbox_host::store::with_database(&base, db)

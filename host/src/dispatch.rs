@@ -31,6 +31,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::contracts::Contracts;
@@ -446,8 +447,14 @@ impl Dispatcher {
     }
 
     /// Route, enqueue and record one claimed batch.
+    ///
+    /// Spans (debug level, see [`crate::trace_context`]): `outbox.claim` for the batch, with
+    /// `outbox.route`, `outbox.enqueue` and `outbox.record` inside it, and one `outbox.dispatch`
+    /// per event, a child of the event's producer (its `traceparent`) linked to the batch's.
     pub async fn dispatch_claim(&self, claim: Claim) -> Result<BatchReport, store::StoreError> {
         let started = Instant::now();
+        let batch_span = tracing::debug_span!(parent: None, "outbox.claim", claimed = claim.events.len(), worker = %self.worker_id);
+        let event_spans = dispatch_spans(&batch_span, &claim.events);
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
         let recovered = claim.events.iter().filter(|e| e.recovered_lease).count();
         if recovered > 0 {
@@ -457,7 +464,10 @@ impl Dispatcher {
             );
             metrics::counter!("outbox_lease_recovered_total").increment(recovered as u64);
         }
-        let (claim, decisions) = self.route(claim).await;
+        let (claim, decisions) = self
+            .route(claim)
+            .instrument(tracing::debug_span!(parent: &batch_span, "outbox.route"))
+            .await;
 
         // Fan-out events that may have been partly handed off before (retried after a partial
         // failure, or requeued by an operator, which starts the attempts again): skip the
@@ -490,7 +500,13 @@ impl Dispatcher {
                 }
             }
         }
-        let results = self.sink.enqueue_all(&items).await;
+        let results = self
+            .sink
+            .enqueue_all(&items)
+            .instrument(
+                tracing::debug_span!(parent: &batch_span, "outbox.enqueue", entries = items.len()),
+            )
+            .await;
         let redis_unavailable = results.iter().any(|r| r.blip().is_some());
 
         let mut per_event: HashMap<i64, Vec<(&str, &EnqueueResult)>> = HashMap::new();
@@ -574,7 +590,11 @@ impl Dispatcher {
             |e: &store::StoreError| fault::postgres_blip(&e.source),
             || store::record_outcomes(&self.pool, &claim, &outcomes, &deliveries),
         )
+        .instrument(tracing::debug_span!(parent: &batch_span, "outbox.record"))
         .await?;
+        for (span, (_, outcome)) in event_spans.iter().zip(&outcomes) {
+            span.record("outcome", outcome_label(outcome));
+        }
         self.stats.done.fetch_add(counts.done, Ordering::Relaxed);
         self.stats
             .retried
@@ -711,6 +731,34 @@ fn route_checked(
         .into_iter()
         .map(|d| d.checked(router.name()))
         .collect()
+}
+
+/// One `outbox.dispatch` span per event of a claimed batch: a child of the event's producer
+/// (its `traceparent`), linked to the batch's span. None while the batch's span is disabled (no
+/// exporter): then nothing is parsed.
+fn dispatch_spans(batch: &tracing::Span, events: &[ClaimedEvent]) -> Vec<tracing::Span> {
+    if batch.is_disabled() {
+        return Vec::new();
+    }
+    events
+        .iter()
+        .map(|event| {
+            let span = tracing::debug_span!(parent: None, "outbox.dispatch", event_id = event.id, event_type = %event.event_type, outcome = tracing::field::Empty);
+            crate::trace_context::set_remote_parent(&span, &event.headers);
+            span.follows_from(batch);
+            span
+        })
+        .collect()
+}
+
+/// What an event's dispatch came to, for its span.
+fn outcome_label(outcome: &EventOutcome) -> &'static str {
+    match outcome {
+        EventOutcome::Done => "done",
+        EventOutcome::Retry { .. } => "retry",
+        EventOutcome::Failed { .. } => "failed",
+        EventOutcome::Released { .. } => "released",
+    }
 }
 
 /// Add one finished batch of [`Dispatcher::drain`] to `total`, or keep its error (the first).

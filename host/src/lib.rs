@@ -11,7 +11,7 @@
 //! infrastructure blip (retried without counting against any event) from an event's own fault. Operators use the `outbox`
 //! command (crate `outbox-cli`); this library never prints.
 //! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
-//! serves metrics and health.
+//! serves metrics and health; [`trace_context`] carries the W3C trace context in `headers`.
 //!
 //! Embedding the dispatcher in an application:
 //!
@@ -44,6 +44,7 @@ pub mod routing;
 pub mod sink;
 pub mod store;
 pub mod trace;
+pub mod trace_context;
 
 pub use host::{Host, HostBuilder, HostError};
 pub use publish::{publish, NewEvent, PublishError};

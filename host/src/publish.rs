@@ -4,7 +4,10 @@
 //! event commits or rolls back with the business change that caused it; calling it on a bare
 //! pool or connection does not compile. Validation happens before anything is written. The SQL
 //! function `outbox_publish(...)` (see `migrations/`) applies the same rules, with the same
-//! messages, for other languages.
+//! messages, for other languages, except the trace headers: a producer's malformed `traceparent`
+//! or `tracestate` is refused here only ([`crate::trace_context`]; the host ignores one that
+//! arrives through SQL). An event without a `traceparent` gets the current span's when spans
+//! are exported.
 //!
 //! Also owns the dispatch key contract: a key names one event (a repeated key returns the first
 //! id only when type, tenant and payload match, and is a [`PublishError::DispatchKeyConflict`]
@@ -144,6 +147,15 @@ pub enum PublishError {
     HeadersNotObject {
         /// The event's type.
         event_type: String,
+    },
+    /// A `traceparent` or `tracestate` header is not a valid W3C trace context.
+    #[error("headers of {event_type}: {source}")]
+    InvalidTraceContext {
+        /// The event's type.
+        event_type: String,
+        /// What is wrong with it.
+        #[source]
+        source: crate::trace_context::TraceContextError,
     },
     /// A field is out of range (version < 1, ...).
     #[error("{0}")]
@@ -285,6 +297,12 @@ pub(crate) fn validate_as(
         validate_key("ordering_key", &event.event_type, key)?;
     }
     if publisher == Publisher::Producer {
+        crate::trace_context::check_headers(&event.headers).map_err(|source| {
+            PublishError::InvalidTraceContext {
+                event_type: event.event_type.clone(),
+                source,
+            }
+        })?;
         if let Some(prefix) = event.dispatch_key.as_deref().and_then(reserved_prefix) {
             return Err(PublishError::ReservedKeyPrefix {
                 event_type: event.event_type.clone(),
@@ -405,11 +423,12 @@ pub async fn publish_reporting(
 
 async fn publish_reported_as(
     tx: &mut Transaction<'_, Postgres>,
-    event: NewEvent,
+    mut event: NewEvent,
     max_payload_bytes: usize,
     publisher: Publisher,
 ) -> Result<Published, PublishError> {
     validate_as(&event, max_payload_bytes, publisher)?;
+    crate::trace_context::add_current_span(&mut event.headers);
     let db_err = |source| PublishError::Database {
         event_type: event.event_type.clone(),
         source,

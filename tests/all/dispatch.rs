@@ -43,7 +43,9 @@ async fn every_committed_event_reaches_exactly_its_routed_queues(pool: PgPool) {
             events.push(
                 NewEvent::new(*t, json!({"i": i, "j": j, "text": "héllo \"quoted\""}))
                     .with_tenant(format!("tenant-{j}"))
-                    .with_headers(json!({"traceparent": format!("00-{i:032x}-{j:016x}-01")}))
+                    .with_headers(
+                        json!({"traceparent": format!("00-{:032x}-{:016x}-01", i + 1, j + 1)}),
+                    )
                     .with_dispatch_key(format!("{t}:{j}")),
             );
         }

@@ -21,3 +21,4 @@ mod receive;
 mod receive_claims;
 mod reload;
 mod repair;
+mod trace_context;

@@ -36,7 +36,9 @@ async fn duplicate_dispatch_key_gives_one_event(pool: PgPool) {
     let second = env
         .publish_all(vec![NewEvent::new("mail.welcome", json!({"n": 1}))
             .with_dispatch_key("k-1")
-            .with_headers(json!({"traceparent": "00-retry"}))])
+            .with_headers(
+                json!({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}),
+            )])
         .await[0];
     assert_eq!(first, second);
     // The SQL function for other languages behaves the same.
@@ -196,7 +198,9 @@ async fn a_dispatch_key_names_one_event_and_different_content_is_a_conflict(pool
         .publish_all(vec![NewEvent::new("mail.welcome", json!({"n": 1}))
             .with_tenant("t1")
             .with_dispatch_key("k-1")
-            .with_headers(json!({"traceparent": "00-other"}))])
+            .with_headers(
+                json!({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
+            )])
         .await[0];
     let sql_again: i64 = sqlx::query_scalar(
         "SELECT outbox_publish('mail.welcome', '{\"n\": 1}'::jsonb, 't1', 'k-1', '{\"x\": 1}'::jsonb)",

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
+use tracing::Instrument;
 
 use crate::plugin::bindings::handler_world::outbox::plugin::{
     http as wit_http, publish as wit_publish,
@@ -94,7 +95,8 @@ impl HandlerHost {
     }
 
     /// The services of one delivery: `plugin` handling `parent` as handler `handler` (the name
-    /// that goes into children's dispatch keys and `causation_handler`). Keep
+    /// that goes into children's dispatch keys and `causation_handler`); the span current here
+    /// (the receiver's `outbox.handle`) is the parent of the host calls' spans. Keep
     /// [`published_ids_handle`](ReceiverServices::published_ids_handle), then hand it to
     /// [`LoadedPlugin::handle`].
     pub(crate) fn services(
@@ -111,6 +113,7 @@ impl HandlerHost {
                 plugin,
                 parent: parent.into(),
                 handler: handler.into(),
+                span: tracing::Span::current(),
             },
             children: publish::Children::default(),
         }
@@ -127,6 +130,8 @@ pub(crate) struct DeliveryScope {
     handler: String,
     grants: String,
     publish_denials: bool,
+    /// The delivery's span: the parent of each host call's span.
+    span: tracing::Span,
 }
 
 impl DeliveryScope {
@@ -193,11 +198,13 @@ impl HandlerServices for ReceiverServices {
         &mut self,
         event: wit_publish::NewEvent,
     ) -> BoxFuture<'_, Result<i64, HostCallError>> {
-        Box::pin(self.children.send(&self.scope, event))
+        let span = tracing::debug_span!(parent: &self.scope.span, "outbox.host.publish", event_type = %event.event_type);
+        Box::pin(self.children.send(&self.scope, event).instrument(span))
     }
 
     fn kv_get(&mut self, key: String) -> BoxFuture<'_, Result<Option<String>, HostCallError>> {
-        Box::pin(async move { kv::get(&self.scope, &key).await })
+        let span = tracing::debug_span!(parent: &self.scope.span, "outbox.host.kv", op = "get");
+        Box::pin(async move { kv::get(&self.scope, &key).await }.instrument(span))
     }
 
     fn kv_set(
@@ -206,18 +213,23 @@ impl HandlerServices for ReceiverServices {
         value: String,
         ttl_seconds: Option<u32>,
     ) -> BoxFuture<'_, Result<(), HostCallError>> {
-        Box::pin(async move { kv::set(&self.scope, &key, value, ttl_seconds).await })
+        let span = tracing::debug_span!(parent: &self.scope.span, "outbox.host.kv", op = "set");
+        Box::pin(
+            async move { kv::set(&self.scope, &key, value, ttl_seconds).await }.instrument(span),
+        )
     }
 
     fn kv_delete(&mut self, key: String) -> BoxFuture<'_, Result<bool, HostCallError>> {
-        Box::pin(async move { kv::delete(&self.scope, &key).await })
+        let span = tracing::debug_span!(parent: &self.scope.span, "outbox.host.kv", op = "delete");
+        Box::pin(async move { kv::delete(&self.scope, &key).await }.instrument(span))
     }
 
     fn http_send(
         &mut self,
         request: wit_http::Request,
     ) -> BoxFuture<'_, Result<wit_http::Response, HostCallError>> {
-        Box::pin(http::send(&self.scope, request))
+        let span = tracing::debug_span!(parent: &self.scope.span, "outbox.host.http");
+        Box::pin(http::send(&self.scope, request).instrument(span))
     }
 }
 

@@ -4,10 +4,10 @@
 //! than its parent, also `publish-tenant` with that tenant as target), the per-delivery budget of
 //! publish calls, deterministic child dispatch keys (so a redelivery does not duplicate
 //! children), the headers a child inherits, and the short transaction that inserts one event with
-//! a deadline. It never lets a plugin choose a child's dispatch key or its causation headers,
-//! never puts a child into another tenant than its parent's unless the policy allowed that
-//! tenant, never lets one delivery publish more than [`MAX_PUBLISH_CALLS_PER_DELIVERY`] times,
-//! and never inserts before the policy allowed it.
+//! a deadline. It never lets a plugin choose a child's dispatch key, its causation headers or its
+//! trace headers, never puts a child into another tenant than its parent's unless the policy
+//! allowed that tenant, never lets one delivery publish more than
+//! [`MAX_PUBLISH_CALLS_PER_DELIVERY`] times, and never inserts before the policy allowed it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -205,16 +205,19 @@ pub(crate) async fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64
 }
 
 /// A child's headers: the parent's (anything but an object counts as `{}`), then the child's
-/// own, then the causation fields (which a plugin cannot override).
+/// own, then the causation fields (which a plugin cannot override). The trace headers are the
+/// host's too: the publishing span's context when spans are exported, else the parent's
+/// ([`crate::trace_context::set_child_trace`]).
 pub(crate) fn child_headers(
     parent: &ParentEvent,
     handler: &str,
-    extra: Option<serde_json::Map<String, serde_json::Value>>,
+    mut extra: Option<serde_json::Map<String, serde_json::Value>>,
 ) -> serde_json::Value {
     let mut headers = match serde_json::from_str::<serde_json::Value>(&parent.headers) {
         Ok(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),
     };
+    crate::trace_context::set_child_trace(&mut headers, extra.as_mut());
     merge_headers(&mut headers, extra, parent.id, handler);
     serde_json::Value::Object(headers)
 }

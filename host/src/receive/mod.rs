@@ -28,6 +28,7 @@ use std::time::Instant;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
@@ -442,9 +443,13 @@ impl Receivers {
             metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
             return handled;
         }
+        // One span per handler run, a child of the event's producer (the entry's traceparent);
+        // the host calls' spans and the children's traceparent come from it.
+        let span = tracing::debug_span!(parent: None, "outbox.handle", queue, handler = %handler, event_id, attempt, outcome = tracing::field::Empty);
+        crate::trace_context::set_remote_parent(&span, entry.headers());
         // The claim is renewed for as long as the handler runs; the renewal ends with it.
         let (outcome, published, (receipt_event, receipt_handler)) = tokio::select! {
-            ran = self.run_handler(queue, &handler, &entry, attempt) => ran,
+            ran = self.run_handler(queue, &handler, &entry, attempt).instrument(span.clone()) => ran,
             never = self.hold_claim(queue, &claim, &entry.stream_id) => match never {},
         };
         let duration = started.elapsed();
@@ -479,6 +484,7 @@ impl Receivers {
                     .await
             }
         };
+        span.record("outcome", handled_label(&handled));
         metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
         metrics::histogram!("outbox_handler_seconds", "handler" => handler.clone())
             .record(duration.as_secs_f64());
