@@ -112,6 +112,9 @@ impl HostBuilder {
             None => Config::from_env()?,
         };
         config.check()?;
+        for warning in config.settings.clamp_warnings(&config.routes.settings) {
+            tracing::warn!("{warning}");
+        }
         let settings = Arc::new(config.settings.clone());
         let shutdown = self.shutdown.unwrap_or_default();
         let pool = match self.pool {

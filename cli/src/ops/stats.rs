@@ -269,7 +269,13 @@ fn render_settings(shown: &[ShownSetting]) -> String {
     assignments
         .iter()
         .zip(shown)
-        .map(|(assignment, s)| format!("{assignment:<width$}  # {}", s.source))
+        .map(|(assignment, s)| match &s.clamped_from {
+            Some(written) => format!(
+                "{assignment:<width$}  # {}; WARNING: {written} is out of range, clamped",
+                s.source
+            ),
+            None => format!("{assignment:<width$}  # {}", s.source),
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -53,6 +53,20 @@ pub struct ShownSetting {
     pub value: String,
     /// Where the value came from.
     pub source: SettingSource,
+    /// The value as written, when it was out of range and the host clamped it to `value`.
+    pub clamped_from: Option<String>,
+}
+
+impl ShownSetting {
+    /// The warning for a clamped value (`None` when the value is used as written).
+    pub fn clamp_warning(&self) -> Option<String> {
+        self.clamped_from.as_ref().map(|written| {
+            format!(
+                "{}={written} (from the {}) is out of range: using {}",
+                self.env, self.source, self.value
+            )
+        })
+    }
 }
 
 /// How one kind of setting is read, checked, converted and shown. `Raw` is what the
@@ -467,14 +481,28 @@ macro_rules! declare_settings {
                             file_key: None,
                             value: <$ekind as SettingKind>::show(&self.$efield),
                             source: source_of::<$ekind>(env, $eenv, false),
+                            clamped_from: None,
                         },
                     )+
                     $(
-                        ShownSetting {
-                            env: $env,
-                            file_key: Some(stringify!($key)),
-                            value: <$kind as SettingKind>::show(&self.$field),
-                            source: source_of::<$kind>(env, $env, file.$key.is_some()),
+                        {
+                            let value = <$kind as SettingKind>::show(&self.$field);
+                            // The value as written, before the setting's clamp (if any).
+                            let written = resolve_one::<$kind>(
+                                env,
+                                $env,
+                                file.$key.as_ref().map(|raw| (stringify!($key), raw)),
+                                $default,
+                            )
+                            .ok()
+                            .map(|v| <$kind as SettingKind>::show(&v));
+                            ShownSetting {
+                                env: $env,
+                                file_key: Some(stringify!($key)),
+                                clamped_from: written.filter(|w| *w != value),
+                                value,
+                                source: source_of::<$kind>(env, $env, file.$key.is_some()),
+                            }
                         },
                     )+
                 ]
@@ -730,6 +758,16 @@ impl Settings {
         self.describe_with(file, |name| std::env::var(name).ok())
     }
 
+    /// One warning per setting whose value was out of range and clamped (e.g.
+    /// `OUTBOX_DISPATCH_BATCH_SIZE=0` runs as 1), using the process environment: logged at
+    /// start-up and shown by `outbox config`.
+    pub fn clamp_warnings(&self, file: &FileSettings) -> Vec<String> {
+        self.describe(file)
+            .iter()
+            .filter_map(ShownSetting::clamp_warning)
+            .collect()
+    }
+
     /// Handler retry delay after failed attempt `attempt` (1-based).
     pub fn handler_backoff_after(&self, attempt: u32) -> Duration {
         let idx = (attempt.max(1) as usize - 1).min(self.handler_backoff.len() - 1);
@@ -748,6 +786,33 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+
+    #[test]
+    fn clamped_values_are_shown_with_what_was_written() {
+        let env = env_of(&[("OUTBOX_RECEIVER_CONCURRENCY", "0")]);
+        let file = FileSettings::default();
+        let settings = Settings::resolve_with(&file, &env).unwrap();
+        assert_eq!(settings.receiver_concurrency, 1);
+        let shown = settings.describe_with(&file, &env);
+        let clamped: Vec<String> = shown
+            .iter()
+            .filter_map(ShownSetting::clamp_warning)
+            .collect();
+        assert_eq!(
+            clamped,
+            vec![
+                "OUTBOX_RECEIVER_CONCURRENCY=0 (from the env) is out of range: using 1".to_string()
+            ]
+        );
+        let defaults = Settings::resolve_with(&file, env_of(&[])).unwrap();
+        assert!(
+            defaults
+                .describe_with(&file, env_of(&[]))
+                .iter()
+                .all(|s| s.clamped_from.is_none()),
+            "defaults are never clamped"
+        );
+    }
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs
