@@ -1,0 +1,187 @@
+//! Enqueue scripts: running one Lua script per hand-off, pipelined, with results per entry.
+//!
+//! Owns what every Redis-based sink does the same way: pipelines of up to [`PIPELINE_CHUNK`]
+//! `EVALSHA` calls with at most `concurrency` in flight, reading each reply on its own (an error
+//! reply fails its entry only; a connection that breaks under a pipeline fails that pipeline's
+//! entries as [`EnqueueResult::Unavailable`] while the others keep their results), and `NOSCRIPT`
+//! recovery: `EVALSHA` in a pipeline does not fall back to loading the script the way
+//! `redis::Script::invoke_async` does for a single call (redis crate 0.32), so the script is
+//! loaded again and the entries that got `NOSCRIPT` run once more.
+//!
+//! The reply convention of every enqueue script: `{1, id}` added, `{0, id}` already there
+//! (nothing written), `{-1, error}` refused (nothing written). It never builds a key or an
+//! argument itself: the sink's `args` closure does.
+
+use futures::stream::{self, StreamExt};
+use futures::FutureExt;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::Value;
+
+use super::{Enqueue, EnqueueResult, SinkError};
+use crate::fault::{self, BlipKind};
+
+/// How many hand-offs go into one pipeline.
+pub(super) const PIPELINE_CHUNK: usize = 128;
+
+/// One enqueue script on one connection.
+#[derive(Clone)]
+pub(super) struct EnqueueScript {
+    conn: ConnectionManager,
+    script: redis::Script,
+    /// What the script does, for errors ("the BullMQ add script").
+    what: &'static str,
+    concurrency: usize,
+}
+
+impl EnqueueScript {
+    /// `source` run over `conn`, `concurrency` pipelines at once. Call [`load`](Self::load)
+    /// before the first use.
+    pub(super) fn new(
+        conn: ConnectionManager,
+        source: &str,
+        what: &'static str,
+        concurrency: usize,
+    ) -> Self {
+        Self {
+            conn,
+            script: redis::Script::new(source),
+            what,
+            concurrency: concurrency.max(1),
+        }
+    }
+
+    /// The connection the script runs on.
+    pub(super) fn connection(&self) -> &ConnectionManager {
+        &self.conn
+    }
+
+    /// Load the script into Redis (`SCRIPT LOAD`).
+    pub(super) async fn load(&self) -> Result<(), SinkError> {
+        let mut conn = self.conn.clone();
+        self.script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(|source| SinkError::new(format!("load {} into Redis", self.what), source))
+    }
+
+    /// Run the script once per item: `args` adds an item's `numkeys`, keys and arguments after
+    /// `EVALSHA sha`. Results come back in input order.
+    pub(super) async fn run_all<'a, F>(&self, items: &[Enqueue<'a>], args: &F) -> Vec<EnqueueResult>
+    where
+        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+    {
+        let pipelines: Vec<_> = items
+            .chunks(PIPELINE_CHUNK)
+            .enumerate()
+            .map(|(i, chunk)| self.run_chunk(chunk, args).map(move |r| (i, r)))
+            .collect();
+        let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(pipelines)
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        results.sort_by_key(|(i, _)| *i);
+        results.into_iter().flat_map(|(_, r)| r).collect()
+    }
+
+    async fn run_chunk<'a, F>(&self, chunk: &[Enqueue<'a>], args: &F) -> Vec<EnqueueResult>
+    where
+        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+    {
+        let mut results = self.run_pipeline(chunk, args).await;
+        let missing: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.blip().is_some_and(|b| b.kind == BlipKind::NoScript))
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() {
+            return results;
+        }
+        // Redis lost its scripts (restart, SCRIPT FLUSH): load it again and run those once more.
+        if let Err(e) = self.load().await {
+            tracing::warn!(error = %e, "could not reload {}", self.what);
+            return results;
+        }
+        let again: Vec<Enqueue<'a>> = missing.iter().map(|&i| chunk[i].clone()).collect();
+        for (i, result) in missing
+            .into_iter()
+            .zip(self.run_pipeline(&again, args).await)
+        {
+            results[i] = result;
+        }
+        results
+    }
+
+    async fn run_pipeline<'a, F>(&self, chunk: &[Enqueue<'a>], args: &F) -> Vec<EnqueueResult>
+    where
+        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+    {
+        let mut pipe = redis::pipe();
+        let hash = self.script.get_hash();
+        for item in chunk {
+            args(item, pipe.cmd("EVALSHA").arg(hash));
+        }
+        let mut conn = self.conn.clone();
+        // Not `query_async`: it turns the first error reply into an error for the whole pipeline.
+        match conn.req_packed_commands(&pipe, 0, chunk.len()).await {
+            Ok(replies) if replies.len() == chunk.len() => chunk
+                .iter()
+                .zip(replies)
+                .map(|(item, reply)| self.parse_reply(item, reply))
+                .collect(),
+            Ok(replies) => chunk
+                .iter()
+                .map(|item| {
+                    EnqueueResult::Failed(format!(
+                        "event {} to {}: {} replies to a pipeline of {}",
+                        item.event.id,
+                        item.queue,
+                        replies.len(),
+                        chunk.len()
+                    ))
+                })
+                .collect(),
+            Err(e) => chunk.iter().map(|item| redis_error(item, &e)).collect(),
+        }
+    }
+
+    fn parse_reply(&self, item: &Enqueue<'_>, reply: Value) -> EnqueueResult {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        match reply {
+            Value::Array(parts) if parts.len() == 2 => match &parts[0] {
+                Value::Int(1) => EnqueueResult::Added(text(&parts[1])),
+                Value::Int(0) => EnqueueResult::AlreadyEnqueued(text(&parts[1])),
+                _ => EnqueueResult::Failed(format!(
+                    "event {} to {}: refused: {}",
+                    item.event.id,
+                    item.queue,
+                    text(&parts[1])
+                )),
+            },
+            Value::ServerError(e) => redis_error(item, &e.into()),
+            other => EnqueueResult::Failed(format!(
+                "event {} to {}: unexpected reply from {}: {other:?}",
+                item.event.id, item.queue, self.what
+            )),
+        }
+    }
+}
+
+/// A Redis error for one entry: a blip leaves it [`EnqueueResult::Unavailable`], anything else
+/// is a refusal of the entry.
+fn redis_error(item: &Enqueue<'_>, error: &redis::RedisError) -> EnqueueResult {
+    let message = format!("event {} to {}: redis: {error}", item.event.id, item.queue);
+    match fault::redis_blip(error) {
+        Some(blip) => EnqueueResult::Unavailable {
+            error: message,
+            blip,
+        },
+        None => EnqueueResult::Failed(message),
+    }
+}
