@@ -38,7 +38,7 @@ use crate::contracts::Contracts;
 use crate::fault::{self, Blip};
 use crate::reconnect::{connect_with_retry, retry_blips, retry_delay, sleep_or_shutdown, Backoff};
 use crate::routing::{RouteDecision, RouterHandle};
-use crate::sink::{Enqueue, EnqueueResult, RedisSink, Sink};
+use crate::sink::{Enqueue, EnqueueResult, QueueSinks, Sink};
 use crate::store::{self, Claim, ClaimedEvent, DeliveryRecord, EventOutcome};
 
 /// The NOTIFY channel the insert trigger signals.
@@ -122,7 +122,8 @@ struct SinkGate {
 }
 
 impl Dispatcher {
-    /// A dispatcher over connected PostgreSQL and a connected sink (e.g. [`RedisSink`]).
+    /// A dispatcher over connected PostgreSQL and a connected sink (e.g. [`QueueSinks`], or a
+    /// single [`crate::sink::RedisSink`] when every queue is a stream).
     pub fn new(
         pool: PgPool,
         sink: impl Sink + 'static,
@@ -869,8 +870,16 @@ pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken)
     .await
 }
 
-/// Connect the Redis sink, retrying with backoff and a clear log line until Redis answers or
-/// shutdown fires (`None`).
-pub async fn connect_redis(settings: &Settings, shutdown: &CancellationToken) -> Option<RedisSink> {
-    connect_with_retry("Redis", shutdown, || RedisSink::from_settings(settings)).await
+/// Connect the sinks (every queue's, on Redis; each batch reads the queues' sinks from
+/// `routes`), retrying with backoff and a clear log line until Redis answers or shutdown fires
+/// (`None`).
+pub async fn connect_sinks(
+    settings: &Settings,
+    routes: Arc<arc_swap::ArcSwap<crate::config::RoutesFile>>,
+    shutdown: &CancellationToken,
+) -> Option<QueueSinks> {
+    connect_with_retry("Redis", shutdown, || {
+        QueueSinks::connect(settings, routes.clone())
+    })
+    .await
 }

@@ -157,7 +157,12 @@ impl HostBuilder {
             .dispatcher_enabled
             .unwrap_or(settings.dispatcher_enabled)
         {
-            let sink = dispatch::connect_redis(&settings, &shutdown)
+            // Each queue's sink follows the routes in force (built in: the config's, fixed).
+            let routes = match &live {
+                Some(live) => live.routes.clone(),
+                None => Arc::new(arc_swap::ArcSwap::from_pointee(config.routes.clone())),
+            };
+            let sink = dispatch::connect_sinks(&settings, routes, &shutdown)
                 .await
                 .ok_or(HostError::ShutdownDuringStart)?;
             let d = Dispatcher::new(

@@ -7,6 +7,7 @@
 //! data, validated as a whole, so a broken edit can be rejected before it replaces the config
 //! that is serving.
 
+mod queues;
 mod settings;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::routing::{RouteRule, RouteTable};
 
+pub use queues::{
+    BackoffKind, BullmqBackoff, BullmqOptions, JobData, KeepJobs, QueueSpec, SinkKind,
+    DEFAULT_BULLMQ_JOB_ID, DEFAULT_BULLMQ_PREFIX,
+};
 pub use settings::{
     FileSettings, SettingSource, Settings, ShownSetting, DEFAULT_MAX_PAYLOAD_BYTES,
 };
@@ -291,18 +296,6 @@ impl SupportedVersions {
     }
 }
 
-/// `[queues."NAME"]`: options of one queue (a table per queue, so that more per-queue options
-/// can join it).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueueSpec {
-    /// Receivers run one entry of an ordering key at a time, in stream order, and hold back
-    /// the key's later entries while an entry waits for a handler retry (see
-    /// `receive::ordering`). Entries without an ordering key are not held back. Default false.
-    #[serde(default)]
-    pub ordered: bool,
-}
-
 /// The parsed `routes.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -329,7 +322,8 @@ pub struct RoutesFile {
     /// Plugin name -> spec.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginSpec>,
-    /// Queue -> per-queue options (`[queues."outbox.billing"] ordered = true`).
+    /// Queue -> per-queue options (`[queues."outbox.billing"] ordered = true`, `sink =
+    /// "bullmq"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub queues: BTreeMap<String, QueueSpec>,
 }
@@ -366,6 +360,33 @@ impl RoutesFile {
     /// Whether `[queues."NAME"]` marks `queue` ordered.
     pub fn is_ordered(&self, queue: &str) -> bool {
         self.queues.get(queue).is_some_and(|spec| spec.ordered)
+    }
+
+    /// Every queue this file names (as a route's destination, under `[handlers]`, in a queue
+    /// group or under `[queues]`), sorted.
+    pub fn queue_names(&self) -> Vec<String> {
+        let mut names: std::collections::BTreeSet<String> =
+            self.routes.values().flat_map(QueueList::to_vec).collect();
+        names.extend(self.handlers.keys().cloned());
+        names.extend(self.queue_groups.values().flatten().cloned());
+        names.extend(self.queues.keys().cloned());
+        names.into_iter().collect()
+    }
+
+    /// The sink `queue`'s events go to (`streams` unless `[queues."NAME"]` says otherwise).
+    pub fn sink_of(&self, queue: &str) -> SinkKind {
+        self.queues
+            .get(queue)
+            .map(|spec| spec.sink)
+            .unwrap_or_default()
+    }
+
+    /// The BullMQ options of `queue` (the defaults when it has none).
+    pub fn bullmq_options(&self, queue: &str) -> BullmqOptions {
+        self.queues
+            .get(queue)
+            .map(|spec| spec.bullmq_options().into_owned())
+            .unwrap_or_default()
     }
 
     /// The routing table of `[routes]`.
@@ -468,6 +489,7 @@ impl RoutesFile {
             validate_queue_name(queue)
                 .map_err(|m| invalid(format!("[queues] \"{queue}\": {m}")))?;
         }
+        queues::check_queue_specs(&self.queues, &self.handlers).map_err(invalid)?;
         let known_plugin = |name: &str| self.plugins.contains_key(name);
         if self.router.plugin != "native" && !known_plugin(&self.router.plugin) {
             return Err(invalid(format!(

@@ -2,7 +2,9 @@
 //!
 //! Owns the seam between the dispatcher and a queue system: the [`Sink`] trait, what one
 //! hand-off is ([`Enqueue`]) and what became of it ([`EnqueueResult`]). Each queue system is one
-//! submodule; today that is Redis Streams ([`RedisSink`]). A sink never touches PostgreSQL and
+//! submodule: Redis Streams ([`RedisSink`], read by the host's receivers) and BullMQ's format
+//! ([`BullmqSink`], read by `bullmq` workers), sharing the pipelined script runner of `script`;
+//! [`QueueSinks`] picks one per queue (`[queues."NAME"] sink`). A sink never touches PostgreSQL and
 //! never decides retries: it reports per-entry results, telling an entry the queue system
 //! refused ([`EnqueueResult::Failed`], the event's fault) from an infrastructure blip
 //! ([`EnqueueResult::Unavailable`], classified by [`crate::fault`]), and the dispatcher records
@@ -13,8 +15,13 @@ use futures::future::BoxFuture;
 use crate::fault::Blip;
 use crate::store::ClaimedEvent;
 
+mod bullmq;
+mod by_queue;
 mod redis_streams;
+mod script;
 
+pub use bullmq::{job_data, BullmqQueueKeys, BullmqSink};
+pub use by_queue::{queue_backlogs, BullmqCounts, QueueBacklog, QueueSinks};
 pub use redis_streams::RedisSink;
 
 /// A sink failure with context.

@@ -1,0 +1,195 @@
+//! Sink per queue: hands each queue's entries to the sink its `[queues."NAME"] sink` names.
+//!
+//! Owns the choice of sink kind per entry, from the routes in force at each batch (so a
+//! reloaded `routes.toml` moves a queue to another sink from the next batch on), splitting a
+//! batch by kind, running the parts side by side and putting the results back in input order.
+//! The dispatcher sees one [`Sink`]; a new broker is one new module and one arm here. It never
+//! builds a key or a job itself.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::{BullmqSink, Enqueue, EnqueueResult, RedisSink, Sink, SinkError};
+use crate::config::{RoutesFile, Settings, SinkKind};
+
+/// Every sink kind, on the host's Redis, chosen per queue.
+#[derive(Clone)]
+pub struct QueueSinks {
+    routes: Arc<ArcSwap<RoutesFile>>,
+    streams: RedisSink,
+    bullmq: BullmqSink,
+}
+
+impl QueueSinks {
+    /// Connect to Redis (`REDIS_URL`; one attempt, the caller retries) and prepare every sink
+    /// kind over that one connection; each batch reads the queues' sinks from `routes`.
+    pub async fn connect(
+        settings: &Settings,
+        routes: Arc<ArcSwap<RoutesFile>>,
+    ) -> Result<Self, SinkError> {
+        let streams = RedisSink::from_settings(settings).await?;
+        let bullmq = BullmqSink::new(
+            streams.connection().clone(),
+            streams.keys().clone(),
+            streams.dedupe_ttl_secs(),
+            settings.dispatch_concurrency,
+            routes.clone(),
+        )
+        .await?;
+        Ok(Self {
+            routes,
+            streams,
+            bullmq,
+        })
+    }
+
+    /// Hand off every item to its queue's sink; one result per item, in input order.
+    pub async fn enqueue_all(&self, items: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
+        let routes = self.routes.load_full();
+        let kinds: Vec<SinkKind> = items.iter().map(|i| routes.sink_of(i.queue)).collect();
+        if kinds.iter().all(|k| *k == SinkKind::Streams) {
+            return self.streams.enqueue_all(items).await;
+        }
+        if kinds.iter().all(|k| *k == SinkKind::Bullmq) {
+            return self.bullmq.enqueue_with(items, &routes).await;
+        }
+        let pick = |kind: SinkKind| -> (Vec<usize>, Vec<Enqueue<'_>>) {
+            kinds
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| **k == kind)
+                .map(|(i, _)| (i, items[i].clone()))
+                .unzip()
+        };
+        let (streams_at, streams_items) = pick(SinkKind::Streams);
+        let (bullmq_at, bullmq_items) = pick(SinkKind::Bullmq);
+        let (streams_results, bullmq_results) = futures::join!(
+            self.streams.enqueue_all(&streams_items),
+            self.bullmq.enqueue_with(&bullmq_items, &routes)
+        );
+        let mut results: Vec<Option<EnqueueResult>> = vec![None; items.len()];
+        for (at, result) in streams_at
+            .into_iter()
+            .zip(streams_results)
+            .chain(bullmq_at.into_iter().zip(bullmq_results))
+        {
+            results[at] = Some(result);
+        }
+        results
+            .into_iter()
+            .zip(items)
+            .map(|(result, item)| {
+                result.unwrap_or_else(|| {
+                    EnqueueResult::Failed(format!(
+                        "event {} to {}: its sink returned no result",
+                        item.event.id, item.queue
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+impl Sink for QueueSinks {
+    fn name(&self) -> &str {
+        "redis (streams, bullmq)"
+    }
+
+    fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
+        QueueSinks::enqueue_all(self, items).boxed()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
+        self.streams.ping().boxed()
+    }
+}
+
+/// What one queue holds in Redis right now (for `outbox stats`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct QueueBacklog {
+    /// The queue.
+    pub queue: String,
+    /// Its sink.
+    pub sink: SinkKind,
+    /// Streams: entries in the stream (`XLEN`, handled ones included until trimmed). BullMQ:
+    /// jobs waiting for a worker (`wait`, `paused` and `prioritized`).
+    pub waiting: u64,
+    /// BullMQ only: jobs being processed, delayed (including retries in backoff), completed
+    /// and failed, as `Queue.getJobCounts` counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bullmq: Option<BullmqCounts>,
+}
+
+/// A BullMQ queue's job counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BullmqCounts {
+    /// `active` list.
+    pub active: u64,
+    /// `delayed` set.
+    pub delayed: u64,
+    /// `completed` set.
+    pub completed: u64,
+    /// `failed` set.
+    pub failed: u64,
+}
+
+/// Read every queue's backlog in one pipeline: `queues` with their sinks from `routes`, stream
+/// keys under `keys`.
+pub async fn queue_backlogs(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &crate::queue::QueueKeys,
+    routes: &RoutesFile,
+    queues: &[String],
+) -> Result<Vec<QueueBacklog>, redis::RedisError> {
+    const BULLMQ_LENGTHS: [(&str, &str); 7] = [
+        ("LLEN", "wait"),
+        ("LLEN", "paused"),
+        ("ZCARD", "prioritized"),
+        ("LLEN", "active"),
+        ("ZCARD", "delayed"),
+        ("ZCARD", "completed"),
+        ("ZCARD", "failed"),
+    ];
+    let mut pipe = redis::pipe();
+    for queue in queues {
+        match routes.sink_of(queue) {
+            SinkKind::Streams => {
+                pipe.cmd("XLEN").arg(keys.stream(queue));
+            }
+            SinkKind::Bullmq => {
+                let bull = super::BullmqQueueKeys::new(&routes.bullmq_options(queue).prefix, queue);
+                for (command, suffix) in BULLMQ_LENGTHS {
+                    pipe.cmd(command).arg(bull.key(suffix));
+                }
+            }
+        }
+    }
+    let lengths: Vec<u64> = pipe.query_async(conn).await?;
+    let mut lengths = lengths.into_iter();
+    let mut next = || lengths.next().unwrap_or(0);
+    Ok(queues
+        .iter()
+        .map(|queue| match routes.sink_of(queue) {
+            SinkKind::Streams => QueueBacklog {
+                queue: queue.clone(),
+                sink: SinkKind::Streams,
+                waiting: next(),
+                bullmq: None,
+            },
+            SinkKind::Bullmq => QueueBacklog {
+                queue: queue.clone(),
+                sink: SinkKind::Bullmq,
+                waiting: next() + next() + next(),
+                bullmq: Some(BullmqCounts {
+                    active: next(),
+                    delayed: next(),
+                    completed: next(),
+                    failed: next(),
+                }),
+            },
+        })
+        .collect())
+}
