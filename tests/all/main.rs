@@ -4,6 +4,7 @@
 
 mod alerts;
 mod blips;
+mod bullmq;
 mod capabilities;
 mod claim;
 mod contracts;
