@@ -571,9 +571,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = std::sync::Arc::new(config.settings.clone());
             let pool = store::connect(&settings.database_url, 4).await?;
             store::migrate(&pool).await?;
-            let sink = outbox_host::sink::RedisSink::from_settings(&settings).await?;
-            // Route exactly as `outbox run` would: router plugin, overrides, fallback table.
+            // Route exactly as `outbox run` would: router plugin, overrides, fallback table, and
+            // each queue's sink.
             let live = outbox_host::live_config::LiveConfig::start(&config).await?;
+            let sink =
+                outbox_host::sink::QueueSinks::connect(&settings, live.routes.clone()).await?;
             let dispatcher = outbox_host::dispatch::Dispatcher::new(
                 pool,
                 sink,
@@ -689,7 +691,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             ops::require(&pool, store::Role::Viewer, "stats").await?;
-            ops::print_stats(&pool, json).await?;
+            ops::print_stats(&pool, &config, json).await?;
         }
         Command::Operator { command } => {
             let config = load_config_or_environment(&cli.config)?;

@@ -330,7 +330,7 @@ fn cli_routes_which_explains_the_rule() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         json["consumers"],
-        serde_json::json!([{"queue": "outbox.workflow", "handler": "workflow-trigger", "queue_groups": ["general"]}])
+        serde_json::json!([{"queue": "outbox.workflow", "sink": "streams", "handler": "workflow-trigger", "queue_groups": ["general"]}])
     );
     let out = outbox(
         "postgres://unused",

@@ -4,13 +4,16 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::PgPool;
 
-use outbox_host::config::{Config, ShownSetting};
+use outbox_host::config::{Config, ShownSetting, SinkKind};
+use outbox_host::queue::QueueKeys;
 use outbox_host::routing::{route_one, RouteDecider, RouteDecision, Router};
+use outbox_host::sink::{queue_backlogs, BullmqCounts, QueueBacklog};
 use outbox_host::store::{self, ClaimedEvent};
 
-/// Print the status counts (and per-type failures, ordering keys blocked by a retry and live
-/// workers) of the outbox.
-pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
+/// Print the status counts (and per-type failures, ordering keys blocked by a retry, live
+/// workers, and each queue of `config` with its sink and what it holds in Redis) of the outbox.
+pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::Result<()> {
+    let queues = read_queue_backlogs(config).await;
     let counts = store::status_counts(pool).await?;
     let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
     let ordering = store::ordering_blocked(pool, 20).await?;
@@ -24,6 +27,8 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
                 "failed_by_type": failed_by_type,
                 "handlers": handlers,
                 "ordering": ordering,
+                "queues": queues.as_ref().ok(),
+                "queues_error": queues.as_ref().err().map(|e| format!("{e:#}")),
                 "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago})).collect::<Vec<_>>(),
             })
         );
@@ -103,6 +108,41 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         }
         out!("{t}");
     }
+    match &queues {
+        Ok(queues) if !queues.is_empty() => {
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+                "queue",
+                "sink",
+                "waiting / in stream",
+                "active",
+                "delayed",
+                "completed",
+                "failed",
+            ]);
+            for q in queues {
+                let bullmq = |pick: fn(&BullmqCounts) -> u64| {
+                    q.bullmq
+                        .as_ref()
+                        .map(pick)
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                };
+                t.add_row(vec![
+                    Cell::new(&q.queue),
+                    Cell::new(q.sink),
+                    Cell::new(q.waiting),
+                    Cell::new(bullmq(|c| c.active)),
+                    Cell::new(bullmq(|c| c.delayed)),
+                    Cell::new(bullmq(|c| c.completed)),
+                    Cell::new(bullmq(|c| c.failed)),
+                ]);
+            }
+            out!("{t}");
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: queues not shown: {e:#}"),
+    }
     if !workers.is_empty() {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED)
@@ -117,6 +157,25 @@ pub async fn print_stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         out!("{t}");
     }
     Ok(())
+}
+
+/// Every queue `config` names, with its sink and what it holds (one Redis pipeline, at most 3 s).
+async fn read_queue_backlogs(config: &Config) -> anyhow::Result<Vec<QueueBacklog>> {
+    let queues = config.routes.queue_names();
+    if queues.is_empty() {
+        return Ok(Vec::new());
+    }
+    let read = async {
+        let client = redis::Client::open(config.settings.redis_url.as_str())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let keys = QueueKeys::from_settings(&config.settings);
+        queue_backlogs(&mut conn, &keys, &config.routes, &queues).await
+    };
+    let redis = store::redact(&config.settings.redis_url);
+    match tokio::time::timeout(std::time::Duration::from_secs(3), read).await {
+        Ok(result) => result.map_err(|e| anyhow::anyhow!("Redis at {redis}: {e}")),
+        Err(_) => anyhow::bail!("Redis at {redis} did not answer within 3 s"),
+    }
 }
 
 /// Where one event type goes, for `outbox routes which` (the text line and `--json` are made
@@ -145,6 +204,11 @@ pub struct RouteExplanation {
 pub struct QueueConsumer {
     /// The queue.
     pub queue: String,
+    /// Where its events go: `streams` (the host's receivers) or `bullmq` (BullMQ workers).
+    pub sink: SinkKind,
+    /// For a `bullmq` queue: its prefix, job id template and job options, in one line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bullmq: Option<String>,
     /// The handler bound to it in `[handlers]` (`None`: no handler of this host runs it).
     pub handler: Option<String>,
     /// The queue groups that list it.
@@ -165,6 +229,17 @@ impl std::fmt::Display for RouteExplanation {
             _ => {}
         }
         for consumer in &self.consumers {
+            if let Some(bullmq) = &consumer.bullmq {
+                write!(
+                    f,
+                    "\n  {}: sink bullmq ({bullmq}), processed by BullMQ workers",
+                    consumer.queue
+                )?;
+                if let Some(handler) = &consumer.handler {
+                    write!(f, "; handler {handler} drains what is left in its stream")?;
+                }
+                continue;
+            }
             if let Some(handler) = &consumer.handler {
                 let groups = if consumer.queue_groups.is_empty() {
                     "no queue group: only hosts run without --queue-group".to_string()
@@ -203,6 +278,9 @@ pub fn explain_route(
         .iter()
         .map(|queue| QueueConsumer {
             queue: queue.clone(),
+            sink: routes.sink_of(queue),
+            bullmq: (routes.sink_of(queue) == SinkKind::Bullmq)
+                .then(|| routes.bullmq_options(queue).summary()),
             handler: routes.handlers.get(queue).cloned(),
             queue_groups: routes
                 .queue_groups

@@ -194,6 +194,17 @@ pub(crate) async fn host_throughput(
     events: i64,
 ) -> anyhow::Result<f64> {
     let sink = RedisSink::from_settings(settings).await?;
+    host_throughput_into(pool, settings, router, events, sink).await
+}
+
+/// [`host_throughput`] handing off through `sink`.
+pub(crate) async fn host_throughput_into(
+    pool: &PgPool,
+    settings: &Settings,
+    router: RouterHandle,
+    events: i64,
+    sink: impl outbox_host::sink::Sink + 'static,
+) -> anyhow::Result<f64> {
     let dispatcher = Dispatcher::new(
         pool.clone(),
         sink,

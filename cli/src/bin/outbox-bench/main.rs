@@ -23,6 +23,7 @@ use clap::{Parser, ValueEnum};
 use outbox_host::config::Config;
 use serde::Serialize;
 
+mod bullmq;
 mod claim_cost;
 mod common;
 mod dispatch;
@@ -125,6 +126,8 @@ enum Section {
     Rss,
     /// Dispatch throughput with ordering keys against the same events without them.
     Ordered,
+    /// Dispatch throughput into BullMQ's job format against the same events into a stream.
+    Bullmq,
 }
 
 #[tokio::main]
@@ -141,7 +144,11 @@ async fn main() -> anyhow::Result<()> {
     ));
     // The router `outbox run` would build from this configuration (the dispatch and latency
     // sections measure the host as it runs).
-    let serving = match run(Section::Dispatch) || run(Section::Latency) || run(Section::Ordered) {
+    let serving = match run(Section::Dispatch)
+        || run(Section::Latency)
+        || run(Section::Ordered)
+        || run(Section::Bullmq)
+    {
         true => Some(common::serving_router(&config, &settings).await?),
         false => None,
     };
@@ -150,6 +157,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let (true, Some(router)) = (run(Section::Ordered), &serving) {
         ordered::run(&args, &mut report, &pool, &settings, router).await?;
+    }
+    if let (true, Some(router)) = (run(Section::Bullmq), &serving) {
+        bullmq::run(&args, &mut report, &config, &pool, &settings, router).await?;
     }
     if run(Section::Plugins) {
         plugins::run(&args, &mut report, &config, &pool, &settings).await?;
