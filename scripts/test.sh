@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run every test on a machine that may have nothing but the Rust toolchain and the services'
-# packages: starts PostgreSQL/Redis if needed, installs the wasm32-wasip2 target, builds the
-# plugins, checks formatting and lints, then runs the whole workspace's tests (each sqlx::test
-# makes its own database).
+# Run every test on a fresh Debian machine with the Rust toolchain: installs and starts
+# PostgreSQL, Redis and Node.js if needed (scripts/services.sh), installs the wasm32-wasip2
+# target, builds the plugins, installs the pinned `bullmq` package for the interop tests, checks
+# formatting and lints, then runs the whole workspace's tests (each sqlx::test makes its own
+# database).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
@@ -13,6 +14,13 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
 fi
 if [ -f plugins/Cargo.toml ]; then
   scripts/build-plugins.sh
+fi
+# The real `bullmq` package (pinned by interop/bullmq/package-lock.json) for the interop tests;
+# reinstalled when the lock file changes. Install scripts are skipped: bullmq's optional native
+# msgpack build is not needed (it falls back to JavaScript).
+if [ ! -f interop/bullmq/node_modules/.package-lock.json ] \
+  || [ interop/bullmq/package-lock.json -nt interop/bullmq/node_modules/.package-lock.json ]; then
+  (cd interop/bullmq && npm ci --ignore-scripts --no-audit --no-fund)
 fi
 # Style and lints are part of the test: CI refuses unformatted code and any clippy warning
 # (the lints are declared in Cargo.toml's [workspace.lints]).
