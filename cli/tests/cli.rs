@@ -815,7 +815,7 @@ fn cli_routes_which_names_the_router_plugin_that_decides() {
             "decider": "special-router",
             "no_route": null,
             "error": null,
-            "consumers": [{"queue": "outbox.webhook", "handler": null, "queue_groups": []}],
+            "consumers": [{"queue": "outbox.webhook", "sink": "streams", "handler": null, "queue_groups": []}],
         })
     );
     assert_eq!(
@@ -827,7 +827,7 @@ fn cli_routes_which_names_the_router_plugin_that_decides() {
             "decider": "legacy.",
             "no_route": null,
             "error": null,
-            "consumers": [{"queue": "outbox.audit", "handler": null, "queue_groups": []}],
+            "consumers": [{"queue": "outbox.audit", "sink": "streams", "handler": null, "queue_groups": []}],
         })
     );
     let nope_json = which_json("nope.x");

@@ -6,8 +6,7 @@
 //! and the Redis state the sink writes matches, key for key, what `Queue.add` writes.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,144 +21,13 @@ use outbox_host::NewEvent;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use sqlx::PgPool;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
 
+use outbox_tests::bullmq_app::{remove_bullmq_prefix, BullmqApp};
 use outbox_tests::TestEnv;
-
-/// `interop/bullmq`: the pinned `bullmq` package and the worker script.
-fn interop_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/bullmq")
-}
-
-/// A BullMQ application on Node.js (`interop/bullmq/worker.js`): workers, QueueEvents
-/// listeners and queues, talking JSON lines.
-struct BullmqApp {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<Value>,
-    /// Every line received so far.
-    seen: Vec<Value>,
-}
-
-impl BullmqApp {
-    /// Start the app on `queues` under `prefix`; `workers: false` starts queues only (nothing is
-    /// processed). Returns once it says it is ready.
-    async fn start(prefix: &str, queues: &[&str], workers: bool) -> Self {
-        let dir = interop_dir();
-        assert!(
-            dir.join("node_modules/bullmq/package.json").exists(),
-            "{} has no node_modules/bullmq: run scripts/test.sh, which runs `npm ci` there",
-            dir.display()
-        );
-        let mut child = Command::new("node")
-            .arg(dir.join("worker.js"))
-            .env("REDIS_URL", outbox_tests::redis_url())
-            .env("BULL_PREFIX", prefix)
-            .env("QUEUES", queues.join(","))
-            .env("WORKERS", if workers { "1" } else { "0" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start node (Node.js must be installed: scripts/test.sh installs it)");
-        let stdout = child.stdout.take().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let (tx, lines) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                match serde_json::from_str::<Value>(&line) {
-                    Ok(v) => {
-                        let _ = tx.send(v);
-                    }
-                    Err(_) => eprintln!("worker.js: {line}"),
-                }
-            }
-        });
-        let mut app = Self {
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-        };
-        app.wait_for("the app to be ready", Duration::from_secs(30), |seen| {
-            seen.iter().any(|v| v["kind"] == "ready")
-        })
-        .await;
-        app
-    }
-
-    /// Take the lines received so far.
-    fn poll(&mut self) {
-        while let Ok(v) = self.lines.try_recv() {
-            assert_ne!(v["kind"], "error", "worker.js reported an error: {v}");
-            self.seen.push(v);
-        }
-    }
-
-    /// Wait until `done(seen)` holds, or fail after `within`.
-    async fn wait_for(&mut self, what: &str, within: Duration, done: impl Fn(&[Value]) -> bool) {
-        let start = Instant::now();
-        loop {
-            self.poll();
-            if done(&self.seen) {
-                return;
-            }
-            assert!(
-                start.elapsed() < within,
-                "timed out after {within:?} waiting for {what}; the app said: {:#?}",
-                self.seen
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Send a command and wait for its answer (the first new line of `kind`).
-    async fn command(&mut self, command: Value, kind: &str) -> Value {
-        self.poll();
-        let before = self.seen.len();
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await
-            .unwrap();
-        self.wait_for(
-            &format!("the answer to {command}"),
-            Duration::from_secs(10),
-            |seen| seen[before..].iter().any(|v| v["kind"] == kind),
-        )
-        .await;
-        self.seen[before..]
-            .iter()
-            .find(|v| v["kind"] == kind)
-            .cloned()
-            .unwrap()
-    }
-
-    /// Lines of `kind`.
-    fn of_kind(&self, kind: &str) -> Vec<&Value> {
-        self.seen.iter().filter(|v| v["kind"] == kind).collect()
-    }
-
-    async fn quit(mut self) {
-        let _ = self.stdin.write_all(b"{\"cmd\":\"quit\"}\n").await;
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-    }
-}
 
 /// A unique BullMQ prefix for one test (BullMQ's keys live beside the host's).
 fn bull_prefix() -> String {
     format!("bulltest-{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Delete the keys of a test's BullMQ prefix.
-async fn remove_prefix(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
-    let keys: Vec<String> = conn.keys(format!("{prefix}:*")).await.unwrap();
-    for chunk in keys.chunks(500) {
-        let _: () = conn.del(chunk).await.unwrap();
-    }
 }
 
 /// A dispatcher over every sink, routing with `routes`' table.
@@ -209,19 +77,6 @@ plugin = "deny-all"
 async fn publish_one(env: &TestEnv, event_type: &str, payload: Value) -> i64 {
     env.publish_all(vec![NewEvent::new(event_type, payload)])
         .await[0]
-}
-
-/// `(queue, job id)` -> how many times the worker's processor ran it.
-fn processed_counts(app: &BullmqApp) -> HashMap<(String, String), usize> {
-    let mut counts = HashMap::new();
-    for v in app.of_kind("processed") {
-        let key = (
-            v["queue"].as_str().unwrap().to_string(),
-            v["id"].as_str().unwrap().to_string(),
-        );
-        *counts.entry(key).or_insert(0) += 1;
-    }
-    counts
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -320,7 +175,7 @@ async fn bullmq_workers_process_each_event_exactly_once_across_fan_out_a_crash_a
     // Nothing more comes (a doubled job would show up here).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     app.poll();
-    let counts: BTreeMap<_, _> = processed_counts(&app).into_iter().collect();
+    let counts: BTreeMap<_, _> = app.processed_counts().into_iter().collect();
     assert_eq!(counts, expected, "processor runs per (queue, job id)");
 
     // Name and data: the event.
@@ -420,7 +275,7 @@ async fn bullmq_workers_process_each_event_exactly_once_across_fan_out_a_crash_a
             .unwrap();
     assert_eq!(statuses, vec![("done".to_string(), 43)]);
     app.quit().await;
-    remove_prefix(&mut env.redis.clone(), &prefix).await;
+    remove_bullmq_prefix(&mut env.redis.clone(), &prefix).await;
 }
 
 /// JSON text with every object's keys sorted.
@@ -641,8 +496,8 @@ plugin = "deny-all"
     }
     ours_app.quit().await;
     theirs_app.quit().await;
-    remove_prefix(&mut conn, &ours).await;
-    remove_prefix(&mut conn, &theirs).await;
+    remove_bullmq_prefix(&mut conn, &ours).await;
+    remove_bullmq_prefix(&mut conn, &theirs).await;
 }
 
 /// Routes sending `mail.` to the BullMQ queue `bq.mail` and `ok.` to `bq.ok`, under `prefix`.
@@ -714,7 +569,7 @@ async fn a_redis_outage_under_the_bullmq_sink_costs_no_attempt_and_adds_each_job
     let mut wanted: Vec<String> = ids.iter().map(|id| format!("outbox-{id}")).collect();
     wanted.sort();
     assert_eq!(waiting, wanted, "each job once in the wait list");
-    remove_prefix(&mut conn, &prefix).await;
+    remove_bullmq_prefix(&mut conn, &prefix).await;
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -761,5 +616,5 @@ async fn a_bullmq_key_of_the_wrong_type_refuses_its_events_writes_nothing_and_sp
     assert_eq!(env.status(refused).await.0, "done");
     let waiting: Vec<String> = conn.lrange(&wait, 0, -1).await.unwrap();
     assert_eq!(waiting, vec![format!("outbox-{refused}")]);
-    remove_prefix(&mut conn, &prefix).await;
+    remove_bullmq_prefix(&mut conn, &prefix).await;
 }

@@ -1,0 +1,171 @@
+//! A real `outbox run` dispatching into BullMQ queues, SIGKILLed while events flow and started
+//! again, with the real `bullmq` Worker (interop/bullmq) processing the jobs: every event is
+//! processed exactly once, and every event ends `done`.
+
+// A test crate: a failed unwrap is a failed test, with the reason in the panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use outbox_tests::bullmq_app::{remove_bullmq_prefix, BullmqApp};
+use sqlx::PgPool;
+use tokio::process::{Child, Command};
+
+/// The database URL of a `sqlx::test` pool.
+async fn pool_url(pool: &PgPool) -> String {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let (root, _) = base.rsplit_once('/').unwrap();
+    format!("{root}/{db}")
+}
+
+/// `outbox run --dispatcher-only` on `routes` with a short claim lease, logging into `log`.
+fn start_host(db_url: &str, dir: &std::path::Path, prefix: &str, log: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    for var in outbox_host::config::Settings::ENV_VARS {
+        command.env_remove(var);
+    }
+    command
+        .args(["run", "--dispatcher-only"])
+        .env("DATABASE_URL", db_url)
+        .env("REDIS_URL", outbox_tests::redis_url())
+        .env("OUTBOX_REDIS_PREFIX", prefix)
+        .env("OUTBOX_CONFIG", dir.join("routes.toml"))
+        .env("OUTBOX_PLUGIN_DIR", dir)
+        .env("OUTBOX_HTTP_ADDR", "")
+        .env("OUTBOX_CLAIM_LEASE_MS", "1500")
+        .env("OUTBOX_DISPATCH_INTERVAL_MS", "100")
+        .env("OUTBOX_DISPATCH_BATCH_SIZE", "50")
+        .env("RUST_LOG", "warn,outbox_host::host=info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn outbox run")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_killed_and_restarted_host_hands_each_event_to_bullmq_workers_exactly_once(pool: PgPool) {
+    let db_url = pool_url(&pool).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bull = format!("bullkill-{}", uuid::Uuid::new_v4().simple());
+    let host_prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
+    std::fs::write(
+        dir.path().join("routes.toml"),
+        format!(
+            r#"
+[routes]
+"mail." = "bq.kill"
+"order." = ["bq.kill", "bq.kill-audit"]
+[router]
+plugin = "native"
+[queues."bq.kill"]
+sink = "bullmq"
+bullmq = {{ prefix = "{bull}", attempts = 2 }}
+[queues."bq.kill-audit"]
+sink = "bullmq"
+bullmq = {{ prefix = "{bull}" }}
+[policy]
+plugin = "deny-all"
+"#
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("host.log");
+    let mut app = BullmqApp::start(&bull, &["bq.kill", "bq.kill-audit"], true).await;
+    let mut host = start_host(&db_url, dir.path(), &host_prefix, &log);
+
+    // Producers commit 3,000 events (a fifth of them fan out to two queues) in batches while
+    // the host is SIGKILLed twice and started again.
+    const EVENTS: i64 = 3000;
+    let mut kills = 0;
+    for batch in 0..30 {
+        sqlx::query(
+            "INSERT INTO outbox_event (event_type, payload) SELECT CASE WHEN g % 5 = 0 THEN 'order.placed' ELSE 'mail.welcome' END, jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g",
+        )
+        .bind(batch * 100 + 1)
+        .bind(batch * 100 + 100)
+        .execute(&pool)
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        if batch == 10 || batch == 20 {
+            host.start_kill().unwrap();
+            host.wait().await.unwrap();
+            kills += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            host = start_host(&db_url, dir.path(), &host_prefix, &log);
+        }
+    }
+    assert_eq!(kills, 2);
+
+    let start = Instant::now();
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        if done == EVENTS {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{done} of {EVENTS} done; host log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ids: Vec<(i64, String)> = sqlx::query_as("SELECT id, event_type FROM outbox_event")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let mut expected: HashMap<(String, String), usize> = HashMap::new();
+    for (id, event_type) in &ids {
+        expected.insert(("bq.kill".into(), format!("outbox-{id}")), 1);
+        if event_type == "order.placed" {
+            expected.insert(("bq.kill-audit".into(), format!("outbox-{id}")), 1);
+        }
+    }
+    let total = expected.len();
+    app.wait_for("every job processed", Duration::from_secs(60), |seen| {
+        seen.iter().filter(|v| v["kind"] == "processed").count() >= total
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    app.poll();
+    let counts = app.processed_counts();
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "processed more than once: {doubled:?}");
+    assert_eq!(counts, expected, "each job processed once");
+    let recovered: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE attempts > 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    eprintln!(
+        "{EVENTS} events, {total} jobs, each processed once across {kills} kills; {recovered} events were claimed again after a killed host's lease"
+    );
+
+    host.start_kill().unwrap();
+    let _ = host.wait().await;
+    app.quit().await;
+    let mut conn = redis::Client::open(outbox_tests::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    remove_bullmq_prefix(&mut conn, &bull).await;
+    remove_bullmq_prefix(&mut conn, host_prefix.trim_end_matches(':')).await;
+}
