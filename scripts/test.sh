@@ -22,6 +22,13 @@ if [ ! -f interop/bullmq/node_modules/.package-lock.json ] \
   || [ interop/bullmq/package-lock.json -nt interop/bullmq/node_modules/.package-lock.json ]; then
   (cd interop/bullmq && npm ci --ignore-scripts --no-audit --no-fund)
 fi
+# A real browser for the console's tests: Debian's chromium and its WebDriver.
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+  echo "installing chromium and chromium-driver with apt-get"
+  as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 # Style and lints are part of the test: CI refuses unformatted code and any clippy warning
 # (the lints are declared in Cargo.toml's [workspace.lints]).
 for component in rustfmt clippy; do

@@ -3,6 +3,7 @@
 //! a TCP proxy that can cut Redis off and bring it back, and real faults aimed at one test's host
 //! only (its Redis connections killed, its PostgreSQL backends terminated or refused).
 
+pub mod browser;
 pub mod bullmq_app;
 
 use std::collections::HashMap;

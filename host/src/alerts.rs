@@ -350,13 +350,28 @@ impl AlertLeader {
     }
 }
 
-/// Evaluate the alerts every `interval` while this host holds [`ALERT_LOCK`], until shutdown.
+/// The alerts this host raises now (alert name -> what it is about), shared with its heartbeat
+/// so that every host's console can show them: empty unless this host holds [`ALERT_LOCK`].
+pub type FiringAlerts = std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>;
+
+/// Evaluate the alerts every `interval` while this host holds [`ALERT_LOCK`], until shutdown;
+/// the alerts firing are kept in `firing`.
 pub async fn alerts_loop(
     pool: PgPool,
     live: Option<LiveConfig>,
     settings: std::sync::Arc<Settings>,
+    firing: FiringAlerts,
     shutdown: CancellationToken,
 ) {
+    let publish = |book: &AlertBook| {
+        if let Ok(mut shared) = firing.lock() {
+            *shared = book
+                .firing()
+                .iter()
+                .map(|(alert, about)| (alert.as_str().to_string(), about.clone()))
+                .collect();
+        }
+    };
     let keys = QueueKeys::from_settings(&settings);
     let limits = AlertLimits {
         pending_count: settings.pending_alert_count,
@@ -391,6 +406,7 @@ pub async fn alerts_loop(
                             let changes = book.evaluate(seen.clone(), Instant::now(), limits);
                             report(&changes);
                             export(&seen, &book);
+                            publish(&book);
                         }
                         Err(e) => tracing::warn!(error = %e, "alert check failed; trying again"),
                     }
@@ -401,6 +417,7 @@ pub async fn alerts_loop(
                     // Another host raises the alerts now: ours go quiet.
                     book.reset();
                     export(&Observation::default(), &book);
+                    publish(&book);
                 }
             }
             Err(e) => {

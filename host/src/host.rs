@@ -200,7 +200,9 @@ impl HostBuilder {
             );
             receivers = Some(r);
         }
-        // Every process heartbeats (a receiver-only one too), with its plugins' counters.
+        // Every process heartbeats (a receiver-only one too), with its plugins' counters and the
+        // alerts it raises.
+        let firing = crate::alerts::FiringAlerts::default();
         tasks.spawn(heartbeat_loop(
             pool.clone(),
             worker_id.clone(),
@@ -209,6 +211,7 @@ impl HostBuilder {
                 .map(Dispatcher::stats)
                 .unwrap_or_default(),
             live.as_ref().map(|l| l.registry.clone()),
+            firing.clone(),
             settings.worker_queue_group.clone(),
             shutdown.clone(),
         ));
@@ -217,13 +220,21 @@ impl HostBuilder {
             pool.clone(),
             live.clone(),
             settings.clone(),
+            firing,
             shutdown.clone(),
         ));
         if !settings.http_addr.is_empty() {
+            let console = crate::console::Console::new(
+                pool.clone(),
+                settings.clone(),
+                live.clone(),
+                worker_id.clone(),
+            );
             tasks.spawn(crate::http::serve(
                 settings.http_addr.clone(),
                 pool.clone(),
                 settings.redis_url.clone(),
+                Some(console),
                 shutdown.clone(),
             ));
         }
@@ -330,6 +341,7 @@ async fn heartbeat_loop(
     worker_id: String,
     stats: Arc<dispatch::DispatchStats>,
     plugins: Option<Arc<PluginRegistry>>,
+    firing: crate::alerts::FiringAlerts,
     queue_group: Option<String>,
     shutdown: CancellationToken,
 ) {
@@ -337,6 +349,11 @@ async fn heartbeat_loop(
         let mut counters = stats.to_json();
         if let Some(registry) = &plugins {
             counters["plugins"] = serde_json::to_value(registry.list()).unwrap_or_default();
+        }
+        if let Ok(firing) = firing.lock() {
+            if !firing.is_empty() {
+                counters["alerts_firing"] = serde_json::to_value(&*firing).unwrap_or_default();
+            }
         }
         if let Err(e) = store::heartbeat(&pool, &worker_id, queue_group.as_deref(), &counters).await
         {

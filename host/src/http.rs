@@ -1,7 +1,9 @@
-//! HTTP: the operator endpoint — Prometheus metrics, liveness and readiness.
+//! HTTP: the operator endpoint — Prometheus metrics, liveness and readiness, and the web console.
 //!
-//! Owns `/metrics`, `/healthz` and `/readyz`. It only reads: it never changes an event. A port
-//! that cannot be bound is logged and the host goes on without the endpoint.
+//! Owns the listener and `/metrics`, `/healthz` and `/readyz`, which only read; the console's
+//! pages under `/console` are [`crate::console`]'s. A port that cannot be bound is logged and
+//! the host goes on without the endpoint. Bound anywhere but loopback it warns: the console
+//! signs in with tokens and sets a session cookie, which must not cross a network in clear.
 
 use std::sync::OnceLock;
 
@@ -34,18 +36,27 @@ struct Probe {
     redis: Option<redis::Client>,
 }
 
-/// Serve the endpoint on `addr` until shutdown.
-pub async fn serve(addr: String, pool: PgPool, redis_url: String, shutdown: CancellationToken) {
+/// Serve the endpoint (and `console`, if given) on `addr` until shutdown.
+pub async fn serve(
+    addr: String,
+    pool: PgPool,
+    redis_url: String,
+    console: Option<crate::console::Console>,
+    shutdown: CancellationToken,
+) {
     prometheus();
     let probe = Probe {
         pool,
         redis: redis::Client::open(redis_url.as_str()).ok(),
     };
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(probe);
+    if let Some(console) = console {
+        app = app.merge(console.router());
+    }
     let listener = match tokio::net::TcpListener::bind(&addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -53,7 +64,10 @@ pub async fn serve(addr: String, pool: PgPool, redis_url: String, shutdown: Canc
             return;
         }
     };
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz and the console at /console");
+    if !crate::console::is_loopback(&addr) {
+        tracing::warn!(%addr, "the console and /metrics listen beyond loopback: put a TLS-terminating proxy in front, or operator tokens and session cookies cross the network in clear");
+    }
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;

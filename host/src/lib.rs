@@ -29,6 +29,7 @@
 pub mod alerts;
 pub mod capability;
 pub mod config;
+pub mod console;
 pub mod contracts;
 pub mod dispatch;
 pub mod fault;

@@ -24,9 +24,13 @@
 //! - **Reloads are serialized** (one at a time), and every applied `routes.toml` is announced
 //!   to [`LiveConfig::subscribe`] (the receivers start and stop queues on it).
 //!
+//! - **Every reload is remembered** (the last [`RELOAD_HISTORY_MAX`], accepted or not, with the
+//!   reason of a rejection) for the console's plugin page ([`LiveConfig::reload_history`]).
+//!
 //! It never watches files (that is [`crate::plugin::reload`]) and never routes or handles events
 //! itself.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +55,22 @@ pub enum ReloadOutcome {
     Waiting(String),
     /// Something was rejected; the old version serves.
     Rejected(String),
+}
+
+/// How many reloads [`LiveConfig::reload_history`] remembers.
+pub const RELOAD_HISTORY_MAX: usize = 50;
+
+/// One reload this host tried: what changed, and whether it was applied.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReloadRecord {
+    /// When.
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// What changed: `routes.toml`, or the `.wasm` file.
+    pub what: String,
+    /// `applied`, `waiting` (held back until plugin files load) or `rejected`.
+    pub result: &'static str,
+    /// The plugins swapped in, the warning of a held-back change, or why it was rejected.
+    pub detail: String,
 }
 
 /// What waits for plugin files (see the module comment).
@@ -83,6 +103,8 @@ pub struct LiveConfig {
     reloading: Arc<tokio::sync::Mutex<()>>,
     /// Counts the routes files applied (start-up is 0).
     applied: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The last reloads tried, oldest first.
+    history: Arc<Mutex<VecDeque<ReloadRecord>>>,
 }
 
 impl LiveConfig {
@@ -120,6 +142,7 @@ impl LiveConfig {
             })),
             reloading: Arc::default(),
             applied: Arc::new(tokio::sync::watch::Sender::new(0)),
+            history: Arc::default(),
         })
     }
 
@@ -161,7 +184,39 @@ impl LiveConfig {
     /// ([`ReloadOutcome::Waiting`]), or reject it and keep the current one.
     pub async fn reload_routes(&self) -> ReloadOutcome {
         let _reloading = self.reloading.lock().await;
-        self.reload_routes_now().await
+        let outcome = self.reload_routes_now().await;
+        self.remember("routes.toml", &outcome);
+        outcome
+    }
+
+    /// The last reloads this host tried ([`RELOAD_HISTORY_MAX`] at most), newest first.
+    pub fn reload_history(&self) -> Vec<ReloadRecord> {
+        self.history
+            .lock()
+            .map(|h| h.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Remember a reload of `what` and its outcome (a pass that found nothing to do is not one).
+    fn remember(&self, what: &str, outcome: &ReloadOutcome) {
+        let (result, detail) = match outcome {
+            ReloadOutcome::Plugins(names) if names.is_empty() => return,
+            ReloadOutcome::Plugins(names) => ("applied", format!("plugins {}", names.join(", "))),
+            ReloadOutcome::Routes => ("applied", "routes applied".to_string()),
+            ReloadOutcome::Waiting(message) => ("waiting", message.clone()),
+            ReloadOutcome::Rejected(message) => ("rejected", message.clone()),
+        };
+        if let Ok(mut history) = self.history.lock() {
+            if history.len() == RELOAD_HISTORY_MAX {
+                history.pop_front();
+            }
+            history.push_back(ReloadRecord {
+                at: chrono::Utc::now(),
+                what: what.to_string(),
+                result,
+                detail,
+            });
+        }
     }
 
     /// Retry what waits for plugin files (a held-back `routes.toml`, plugins left out at
@@ -169,6 +224,12 @@ impl LiveConfig {
     /// Nothing waiting: `Plugins([])`.
     pub async fn retry_pending(&self) -> ReloadOutcome {
         let _reloading = self.reloading.lock().await;
+        let outcome = self.retry_pending_now().await;
+        self.remember("plugin files", &outcome);
+        outcome
+    }
+
+    async fn retry_pending_now(&self) -> ReloadOutcome {
         let (routes_file, in_force) = match self.pending.lock() {
             Ok(p) => (p.routes_file.is_some(), p.in_force.is_some()),
             Err(_) => (false, false),
@@ -293,6 +354,12 @@ impl LiveConfig {
     /// Recompile the plugins using `path` and swap them in, or keep the old versions.
     pub async fn reload_plugin_file(&self, path: &Path) -> ReloadOutcome {
         let _reloading = self.reloading.lock().await;
+        let outcome = self.reload_plugin_file_now(path).await;
+        self.remember(&path.display().to_string(), &outcome);
+        outcome
+    }
+
+    async fn reload_plugin_file_now(&self, path: &Path) -> ReloadOutcome {
         match self.registry.reload_file(path).await {
             Ok(names) => {
                 if !names.is_empty() {

@@ -5,6 +5,7 @@
 mod alerts;
 mod blips;
 mod bullmq;
+mod console;
 mod capabilities;
 mod claim;
 mod contracts;

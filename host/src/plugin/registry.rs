@@ -83,6 +83,9 @@ pub struct LoadedPlugin {
     pub calls: Arc<AtomicU64>,
     /// Failed calls since this plugin name was first loaded.
     pub errors: Arc<AtomicU64>,
+    /// Microseconds spent in its calls (waits for host calls included) since this plugin name
+    /// was first loaded.
+    pub busy_micros: Arc<AtomicU64>,
     /// At most `limits.max_concurrency` calls of this plugin run at once.
     slots: CallSlots,
     /// The engine that compiled it and runs its calls.
@@ -108,6 +111,7 @@ impl LoadedPlugin {
             spec,
             calls: Arc::default(),
             errors: Arc::default(),
+            busy_micros: Arc::default(),
             slots: CallSlots::new(limits.max_concurrency),
             engine: engine.clone(),
         }
@@ -131,9 +135,13 @@ impl LoadedPlugin {
         self.compiled.prepared.world()
     }
 
-    /// Count one call and its result.
-    pub fn record_call(&self, ok: bool) {
+    /// Count one call, its result and the time it took since `started`.
+    pub fn record_call(&self, ok: bool, started: std::time::Instant) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        self.busy_micros.fetch_add(
+            u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         if !ok {
             self.errors.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("outbox_plugin_errors_total", "plugin" => self.name.to_string())
@@ -153,6 +161,7 @@ impl LoadedPlugin {
         let Prepared::Router(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Router));
         };
+        let started = std::time::Instant::now();
         let answer = self.run_router(pre, events).and_then(|answer| {
             if answer.len() == events.len() {
                 Ok(answer)
@@ -167,7 +176,7 @@ impl LoadedPlugin {
                 })
             }
         });
-        self.record_call(answer.is_ok());
+        self.record_call(answer.is_ok(), started);
         answer
     }
 
@@ -223,6 +232,7 @@ impl LoadedPlugin {
         let Prepared::Handler(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Handler));
         };
+        let started = std::time::Instant::now();
         let outcome = self
             .engine
             .call_handler(of, pre, services, &self.config_json, delivery)
@@ -232,7 +242,7 @@ impl LoadedPlugin {
                 Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
                 ok => ok,
             });
-        self.record_call(outcome.is_ok());
+        self.record_call(outcome.is_ok(), started);
         outcome
     }
 
@@ -254,6 +264,7 @@ impl LoadedPlugin {
         let Prepared::Policy(pre) = &self.compiled.prepared else {
             return Err(self.wrong_world(World::Policy));
         };
+        let started = std::time::Instant::now();
         let decision = self
             .engine
             .call_policy(self.call_of(), pre, &self.config_json, request)
@@ -262,7 +273,7 @@ impl LoadedPlugin {
                 Decision::Deny(reason) => Decision::Deny(super::bounded_reason(&reason)),
                 allow => allow,
             });
-        self.record_call(decision.is_ok());
+        self.record_call(decision.is_ok(), started);
         decision
     }
 
@@ -351,6 +362,9 @@ pub struct PluginInfo {
     pub calls: u64,
     /// Failed calls.
     pub errors: u64,
+    /// Milliseconds spent in its calls.
+    #[serde(default)]
+    pub busy_ms: u64,
 }
 
 /// The plugins of one routes file, loaded and checked but not serving yet: what
@@ -504,6 +518,7 @@ impl PluginRegistry {
                 spec: spec.clone(),
                 calls: old.map(|o| o.calls.clone()).unwrap_or_default(),
                 errors: old.map(|o| o.errors.clone()).unwrap_or_default(),
+                busy_micros: old.map(|o| o.busy_micros.clone()).unwrap_or_default(),
                 compiled,
                 engine: self.engine.clone(),
             };
@@ -604,6 +619,7 @@ impl PluginRegistry {
                     spec: user.spec.clone(),
                     calls: user.calls.clone(),
                     errors: user.errors.clone(),
+                    busy_micros: user.busy_micros.clone(),
                     slots: user.slots.clone(),
                     engine: self.engine.clone(),
                 }),
@@ -633,6 +649,7 @@ impl PluginRegistry {
                 file: p.compiled.path.display().to_string(),
                 calls: p.calls.load(Ordering::Relaxed),
                 errors: p.errors.load(Ordering::Relaxed),
+                busy_ms: p.busy_micros.load(Ordering::Relaxed) / 1000,
             })
             .collect()
     }

@@ -14,9 +14,11 @@ use crate::config::RoutesFile;
 use crate::plugin::{PluginRegistry, PluginRouter};
 use crate::store::ClaimedEvent;
 
+mod explain;
 mod pattern;
 mod table;
 
+pub use explain::{explain_route, QueueConsumer, RouteExplanation};
 pub use pattern::{PrefixMatcher, Specificity, TypePattern};
 pub use table::{no_route_message, RouteRule, RouteTable};
 

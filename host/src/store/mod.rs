@@ -18,11 +18,13 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
 mod access;
+mod console;
 mod operator;
 mod repair;
 mod trace;
 
 pub use access::*;
+pub use console::*;
 pub use operator::*;
 pub use repair::*;
 pub use trace::*;
