@@ -38,7 +38,9 @@ impl Browser {
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("chromedriver (apt-get install chromium chromium-driver; scripts/test.sh does)");
+            .expect(
+                "chromedriver (apt-get install chromium chromium-driver; scripts/test.sh does)",
+            );
         let driver_url = format!("http://127.0.0.1:{port}");
         let start = Instant::now();
         loop {
@@ -61,13 +63,11 @@ impl Browser {
             }),
         );
         caps.insert("goog:loggingPrefs".into(), json!({ "browser": "ALL" }));
-        let client = ClientBuilder::new(
-            hyper_util::client::legacy::connect::HttpConnector::new(),
-        )
-        .capabilities(caps)
-        .connect(&driver_url)
-        .await
-        .expect("open a chromium session");
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&driver_url)
+            .await
+            .expect("open a chromium session");
         let session = client.session_id().await.unwrap().unwrap();
         std::fs::create_dir_all(screenshot_dir).unwrap();
         Self {
@@ -136,7 +136,10 @@ impl Browser {
             png.len()
         );
         let body = self.text("body").await;
-        assert!(body.trim().len() > 40, "{name}: the page is empty: {body:?}");
+        assert!(
+            body.trim().len() > 40,
+            "{name}: the page is empty: {body:?}"
+        );
         let errors = self.console_errors().await;
         assert!(
             errors.is_empty(),
@@ -151,7 +154,10 @@ impl Browser {
     /// The browser console's errors (level SEVERE) since the last call.
     pub async fn console_errors(&self) -> Vec<Value> {
         let log: Value = reqwest::Client::new()
-            .post(format!("{}/session/{}/se/log", self.driver_url, self.session))
+            .post(format!(
+                "{}/session/{}/se/log",
+                self.driver_url, self.session
+            ))
             .json(&json!({ "type": "browser" }))
             .send()
             .await

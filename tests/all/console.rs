@@ -67,7 +67,10 @@ async fn start_host(env: &mut TestEnv, fixture: &PluginFixture) -> (Host, String
     let base = format!("http://127.0.0.1:{port}");
     let start = Instant::now();
     while reqwest::get(format!("{base}/healthz")).await.is_err() {
-        assert!(start.elapsed() < Duration::from_secs(10), "no HTTP listener");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no HTTP listener"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     (host, base)
@@ -119,19 +122,27 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
         .await
         .unwrap();
     let flaky_queue = vec!["outbox.flaky".to_string()];
-    wait_until("the failed event and the dead letter", Duration::from_secs(30), async || {
-        env.status(failed).await.0 == "failed"
-            && env.status(delivered).await.0 == "done"
-            && !dead.list(&flaky_queue).await.unwrap().is_empty()
-    })
+    wait_until(
+        "the failed event and the dead letter",
+        Duration::from_secs(30),
+        async || {
+            env.status(failed).await.0 == "failed"
+                && env.status(delivered).await.0 == "done"
+                && !dead.list(&flaky_queue).await.unwrap().is_empty()
+        },
+    )
     .await;
 
-    let mut browser =
-        Browser::start(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"))
-            .await;
+    let mut browser = Browser::start(
+        &std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"),
+    )
+    .await;
     sign_in(&browser, &base, &admin).await;
     // The session cookie is HttpOnly and SameSite=Strict.
-    let cookie = browser.cookie("outbox_console").await.expect("session cookie");
+    let cookie = browser
+        .cookie("outbox_console")
+        .await
+        .expect("session cookie");
     assert_eq!(cookie.http_only(), Some(true));
     assert_eq!(
         cookie.same_site().map(|s| s.to_string()).as_deref(),
@@ -147,7 +158,10 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
         .goto(&format!("{base}/console/events?type=billing.&tenant=acme"))
         .await;
     let table = browser.text("#events").await;
-    assert!(table.contains(&failed.to_string()) && table.contains("billing.charge"), "{table}");
+    assert!(
+        table.contains(&failed.to_string()) && table.contains("billing.charge"),
+        "{table}"
+    );
     assert!(!table.contains("mail.welcome"), "{table}");
     browser.screenshot("events").await;
 
@@ -161,7 +175,10 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
     browser.find("#destinations, #history").await;
     assert!(browser.text("#status").await.contains("failed"));
     // The payload is shown as text: the markup in it is escaped, never run.
-    assert!(browser.text("#payload").await.contains("<img src=x onerror=alert(1)>"));
+    assert!(browser
+        .text("#payload")
+        .await
+        .contains("<img src=x onerror=alert(1)>"));
     browser.screenshot("event-failed").await;
 
     // Fix the route (hot reload), then requeue from the event's page: preview, confirm.
@@ -172,17 +189,31 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
     })
     .await;
     browser.click("#requeue").await;
-    assert!(browser.text("#preview-summary").await.contains("1 events would change to pending"));
-    assert_eq!(env.status(failed).await.0, "failed", "a preview changes nothing");
+    assert!(browser
+        .text("#preview-summary")
+        .await
+        .contains("1 events would change to pending"));
+    assert_eq!(
+        env.status(failed).await.0,
+        "failed",
+        "a preview changes nothing"
+    );
     browser.screenshot("requeue-preview").await;
     browser.click("#confirm").await;
-    assert!(browser.text("#result").await.contains("requeue: 1 events changed to pending"));
+    assert!(browser
+        .text("#result")
+        .await
+        .contains("requeue: 1 events changed to pending"));
     browser.screenshot("requeue-done").await;
-    wait_until("the requeued event delivered", Duration::from_secs(10), async || {
-        env.status(failed).await.0 == "done"
-    })
+    wait_until(
+        "the requeued event delivered",
+        Duration::from_secs(10),
+        async || env.status(failed).await.0 == "done",
+    )
     .await;
-    browser.goto(&format!("{base}/console/events/{failed}")).await;
+    browser
+        .goto(&format!("{base}/console/events/{failed}"))
+        .await;
     browser
         .wait_for_text("#status", Duration::from_secs(10), |t| t.contains("done"))
         .await;
@@ -197,20 +228,30 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
     browser.screenshot("dead-letters").await;
     browser.click("#dead-letters input[name=letter]").await;
     browser.click("#replay-selected").await;
-    assert!(browser.text("#preview-summary").await.contains("1 dead letters would be replayed"));
+    assert!(browser
+        .text("#preview-summary")
+        .await
+        .contains("1 dead letters would be replayed"));
     browser.screenshot("replay-preview").await;
     browser.click("#confirm").await;
-    assert!(browser.text("#result").await.contains("dead-letter replay: 1 done"));
-    wait_until("the replayed entry handled", Duration::from_secs(20), async || {
-        let ok: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM outbox_receipt WHERE event_id = $1 AND result = 'ok'",
-        )
-        .bind(flaky)
-        .fetch_one(&env.pool)
+    assert!(browser
+        .text("#result")
         .await
-        .unwrap();
-        ok == 1
-    })
+        .contains("dead-letter replay: 1 done"));
+    wait_until(
+        "the replayed entry handled",
+        Duration::from_secs(20),
+        async || {
+            let ok: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM outbox_receipt WHERE event_id = $1 AND result = 'ok'",
+            )
+            .bind(flaky)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+            ok == 1
+        },
+    )
     .await;
     assert!(dead.list(&flaky_queue).await.unwrap().is_empty());
 
@@ -222,15 +263,26 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
         if browser.text("#reloads").await.contains("rejected") {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "no rejected reload shown");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no rejected reload shown"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let reloads = browser.text("#reloads").await;
     assert!(reloads.contains("flaky-handler.wasm"), "{reloads}");
     assert!(browser.text("#plugins").await.contains("flaky-handler"));
-    browser.find("#which-type").await.send_keys("billing.charge").await.unwrap();
+    browser
+        .find("#which-type")
+        .await
+        .send_keys("billing.charge")
+        .await
+        .unwrap();
     browser.click("form.search button").await;
-    assert!(browser.text("#which-answer").await.contains("billing.charge -> outbox.mail"));
+    assert!(browser
+        .text("#which-answer")
+        .await
+        .contains("billing.charge -> outbox.mail"));
     browser.screenshot("plugins").await;
 
     browser.goto(&format!("{base}/console/workers")).await;
@@ -262,13 +314,18 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
     let second = env
         .publish_all(vec![NewEvent::new("nowhere.thing", json!({}))])
         .await[0];
-    wait_until("the second failed event", Duration::from_secs(10), async || {
-        env.status(second).await.0 == "failed"
-    })
+    wait_until(
+        "the second failed event",
+        Duration::from_secs(10),
+        async || env.status(second).await.0 == "failed",
+    )
     .await;
     browser.goto(&format!("{base}/console/failed")).await;
     let button = browser.find("#requeue-selected").await;
-    assert_eq!(button.attr("disabled").await.unwrap().as_deref(), Some("true"));
+    assert_eq!(
+        button.attr("disabled").await.unwrap().as_deref(),
+        Some("true")
+    );
     assert!(browser.text("#viewer-note").await.contains("viewer"));
     browser.screenshot("failed-as-viewer").await;
     let csrf = browser
@@ -282,7 +339,11 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
     let forged = reqwest::Client::new()
         .post(format!("{base}/console/failed/apply"))
         .header("cookie", format!("outbox_console={}", session.value()))
-        .form(&[("csrf", csrf.as_str()), ("action", "requeue"), ("id", &second.to_string())])
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("action", "requeue"),
+            ("id", &second.to_string()),
+        ])
         .send()
         .await
         .unwrap();
@@ -325,7 +386,12 @@ async fn console_needs_a_session_checks_csrf_and_escapes_what_it_shows(pool: PgP
         .unwrap();
 
     // No session: every page sends to the sign-in page, every action too.
-    for path in ["/console", "/console/events", "/console/failed", "/console/plugins"] {
+    for path in [
+        "/console",
+        "/console/events",
+        "/console/failed",
+        "/console/plugins",
+    ] {
         let r = http.get(format!("{base}{path}")).send().await.unwrap();
         assert_eq!(r.status(), 303, "{path}");
         assert_eq!(r.headers()["location"], "/console/login", "{path}");
@@ -357,13 +423,24 @@ async fn console_needs_a_session_checks_csrf_and_escapes_what_it_shows(pool: PgP
         .unwrap();
     assert_eq!(r.status(), 303);
     let set_cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
-    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    assert!(
+        set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"),
+        "{set_cookie}"
+    );
     let cookie = set_cookie.split(';').next().unwrap().to_string();
     let get = |path: String| {
         let (http, cookie) = (http.clone(), cookie.clone());
         async move {
-            let r = http.get(path).header("cookie", cookie).send().await.unwrap();
-            let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
+            let r = http
+                .get(path)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            let csp = r.headers()["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .to_string();
             (r.status().as_u16(), csp, r.text().await.unwrap())
         }
     };
@@ -374,10 +451,19 @@ async fn console_needs_a_session_checks_csrf_and_escapes_what_it_shows(pool: PgP
     let (status, csp, page) = get(format!("{base}/console/events/{id}")).await;
     assert_eq!(status, 200, "{page}");
     assert!(csp.contains("script-src 'self'"), "{csp}");
-    assert!(!page.contains("<script>alert(1)"), "unescaped payload: {page}");
-    assert!(page.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
+    assert!(
+        !page.contains("<script>alert(1)"),
+        "unescaped payload: {page}"
+    );
+    assert!(
+        page.contains("&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
     let (_, _, events) = get(format!("{base}/console/events?tenant=%3Cb%3Et%3C%2Fb%3E")).await;
-    assert!(events.contains("&lt;b&gt;t&lt;/b&gt;") && !events.contains("<b>t</b>"), "{events}");
+    assert!(
+        events.contains("&lt;b&gt;t&lt;/b&gt;") && !events.contains("<b>t</b>"),
+        "{events}"
+    );
 
     // Bad input is a clear error, not a page of nothing.
     let (status, _, page) = get(format!("{base}/console/events?status=nope")).await;
@@ -390,7 +476,11 @@ async fn console_needs_a_session_checks_csrf_and_escapes_what_it_shows(pool: PgP
     let r = http
         .post(format!("{base}/console/failed/apply"))
         .header("cookie", &cookie)
-        .form(&[("csrf", "forged"), ("action", "requeue"), ("id", &id.to_string())])
+        .form(&[
+            ("csrf", "forged"),
+            ("action", "requeue"),
+            ("id", &id.to_string()),
+        ])
         .send()
         .await
         .unwrap();
@@ -406,7 +496,11 @@ async fn console_needs_a_session_checks_csrf_and_escapes_what_it_shows(pool: PgP
         .post(format!("{base}/console/failed/apply"))
         .header("cookie", &cookie)
         .header("origin", "http://evil.example")
-        .form(&[("csrf", csrf.as_str()), ("action", "requeue"), ("id", &id.to_string())])
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("action", "requeue"),
+            ("id", &id.to_string()),
+        ])
         .send()
         .await
         .unwrap();
@@ -417,7 +511,11 @@ async fn console_needs_a_session_checks_csrf_and_escapes_what_it_shows(pool: PgP
         .post(format!("{base}/console/failed/apply"))
         .header("cookie", &cookie)
         .header("origin", base.clone())
-        .form(&[("csrf", csrf.as_str()), ("action", "cancel"), ("id", &id.to_string())])
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("action", "cancel"),
+            ("id", &id.to_string()),
+        ])
         .send()
         .await
         .unwrap();

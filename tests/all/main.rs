@@ -5,9 +5,9 @@
 mod alerts;
 mod blips;
 mod bullmq;
-mod console;
 mod capabilities;
 mod claim;
+mod console;
 mod contracts;
 mod dispatch;
 mod failures;

@@ -132,9 +132,10 @@ fn repair_of(form: &Params) -> Result<(RepairAction, RowFilter), ConsoleError> {
         filter.tenant = form.get("tenant").map(str::to_string);
     } else {
         for id in form.all("id") {
-            filter.ids.push(id.parse().map_err(|_| {
-                ConsoleError::BadRequest(format!("{id:?} is not an event id"))
-            })?);
+            filter.ids.push(
+                id.parse()
+                    .map_err(|_| ConsoleError::BadRequest(format!("{id:?} is not an event id")))?,
+            );
         }
         if filter.ids.is_empty() {
             return Err(ConsoleError::BadRequest(
@@ -208,7 +209,13 @@ pub async fn failed_preview(
         }
     };
     Ok(Html(
-        layout::page(&viewer, "/console/failed", &format!("{verb}: preview"), body).into_string(),
+        layout::page(
+            &viewer,
+            "/console/failed",
+            &format!("{verb}: preview"),
+            body,
+        )
+        .into_string(),
     ))
 }
 

@@ -232,7 +232,11 @@ pub async fn logout(
         console.inner.sessions.end(id);
     }
     let cookie = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
-    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/console/login")).into_response())
+    Ok((
+        [(header::SET_COOKIE, cookie)],
+        Redirect::to("/console/login"),
+    )
+        .into_response())
 }
 
 #[cfg(test)]

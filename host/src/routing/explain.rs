@@ -132,4 +132,3 @@ pub fn explain_route(
         error,
     }
 }
-
