@@ -81,7 +81,7 @@ async fn overview_body(console: &Console) -> Result<Markup, ConsoleError> {
     Ok(html! {
         div.cards {
             @for (label, n, id) in [("pending", counts.pending, "count-pending"), ("processing", counts.processing, "count-processing"), ("failed", counts.failed, "count-failed"), ("cancelled", counts.cancelled, "count-cancelled")] {
-                a.card href=(format!("/console/events?status={label}")) { span.n id=(id) { (n) } span.label { (label) } }
+                a.card href=(format!("/console/events?status={label}")) { span.n id=(id) { (count(n)) } span.label { (label) } }
             }
             div.card { span.n #count-done { @if counts.done_is_estimate { "≈ " } (counts.done_estimate) } span.label { "done" @if counts.done_is_estimate { " (estimate)" } } }
             div.card { span.n #oldest-pending { (oldest.map(ago).unwrap_or_else(|| "none".into())) } span.label { "oldest due event waiting" } }
@@ -103,6 +103,15 @@ async fn overview_body(console: &Console) -> Result<Markup, ConsoleError> {
         (host_table(&hosts))
         p.live-status { "Refreshed every few seconds while this page is open." }
     })
+}
+
+/// A capped count: `100000+` above [`store::COUNT_CAP`].
+fn count(n: i64) -> String {
+    if n > store::COUNT_CAP {
+        format!("{}+", store::COUNT_CAP)
+    } else {
+        n.to_string()
+    }
 }
 
 /// One queue as the overview and the hosts page show it.
@@ -319,18 +328,30 @@ pub(super) fn search_of(params: &Params) -> Result<EventSearch, ConsoleError> {
             .get("before")
             .map(|v| parse_id("before", v))
             .transpose()?,
+        before_at: params
+            .get("before_at")
+            .map(|v| parse_time("before_at", v))
+            .transpose()?,
     })
 }
 
-/// The query string of `search` with `before` replaced.
-fn search_query(params: &Params, before: i64) -> String {
+/// The query string of the next page: the search's fields with the keyset replaced.
+fn search_query(params: &Params, page: &store::EventPage) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     for (k, v) in params.fields() {
-        if k != "before" && !v.trim().is_empty() {
+        if k != "before" && k != "before_at" && !v.trim().is_empty() {
             query.append_pair(k, v.trim());
         }
     }
-    query.append_pair("before", &before.to_string());
+    if let Some(before) = page.next_before {
+        query.append_pair("before", &before.to_string());
+    }
+    if let Some(at) = page.next_before_at {
+        query.append_pair(
+            "before_at",
+            &at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        );
+    }
     query.finish()
 }
 
@@ -366,8 +387,8 @@ pub async fn events(
             button.primary type="submit" { "Search" }
         }
         (event_table(&page.events))
-        @if let Some(before) = page.next_before {
-            p { a #next-page href=(format!("/console/events?{}", search_query(&params, before))) { "Older events →" } }
+        @if page.next_before.is_some() {
+            p { a #next-page href=(format!("/console/events?{}", search_query(&params, &page))) { "Older events →" } }
         }
     };
     Ok(Html(

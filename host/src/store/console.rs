@@ -32,8 +32,12 @@ pub struct EventSearch {
     pub until: Option<DateTime<Utc>>,
     /// Only the row with this dispatch key.
     pub dispatch_key: Option<String>,
-    /// Keyset: only ids below this (the last id of the previous page).
+    /// Keyset: only rows after the last one of the previous page: ids below this (and, for a
+    /// time-range search, which is ordered by publication time, rows published at or before
+    /// `before_at`).
     pub before: Option<i64>,
+    /// Keyset of a time-range search: the `created_at` of the previous page's last row.
+    pub before_at: Option<DateTime<Utc>>,
 }
 
 /// The statuses an event row can have.
@@ -71,6 +75,8 @@ pub struct EventPage {
     pub events: Vec<EventSummary>,
     /// `before` for the next page (`None`: this is the last one).
     pub next_before: Option<i64>,
+    /// `before_at` for the next page of a time-range search.
+    pub next_before_at: Option<DateTime<Utc>>,
 }
 
 /// The search refused its conditions before reading anything.
@@ -98,7 +104,9 @@ fn like_prefix(prefix: &str) -> String {
 }
 
 /// One page (`limit` rows, at most [`SEARCH_PAGE_MAX`]) of the events matching `search`, newest
-/// first. Only the given conditions are in the statement, so each uses its index.
+/// first: by id, or, when a time range is given, by publication time (then id), so that the
+/// range is read from its own index and not by walking every newer id. Only the given
+/// conditions are in the statement, so each uses its index.
 pub async fn search_events(
     pool: &PgPool,
     search: &EventSearch,
@@ -147,11 +155,28 @@ pub async fn search_events(
     if let Some(key) = &search.dispatch_key {
         query.push(" AND dispatch_key = ").push_bind(key.clone());
     }
-    if let Some(before) = search.before {
-        query.push(" AND id < ").push_bind(before);
+    let by_time = search.since.is_some() || search.until.is_some();
+    match (search.before, search.before_at) {
+        (Some(before), Some(at)) if by_time => {
+            query
+                .push(" AND (created_at, id) < (")
+                .push_bind(at)
+                .push(", ")
+                .push_bind(before)
+                .push(")");
+        }
+        (Some(before), _) => {
+            query.push(" AND id < ").push_bind(before);
+        }
+        (None, _) => {}
     }
     // One row more than the page tells whether there is a next page.
-    query.push(" ORDER BY id DESC LIMIT ").push_bind(limit + 1);
+    query.push(if by_time {
+        " ORDER BY created_at DESC, id DESC LIMIT "
+    } else {
+        " ORDER BY id DESC LIMIT "
+    });
+    query.push_bind(limit + 1);
     let rows = query
         .build()
         .fetch_all(pool)
@@ -172,15 +197,16 @@ pub async fn search_events(
             last_error: r.get("last_error"),
         })
         .collect();
-    let next_before = if events.len() as i64 > limit {
+    let last = if events.len() as i64 > limit {
         events.truncate(limit as usize);
-        events.last().map(|e| e.id)
+        events.last().map(|e| (e.id, e.created_at))
     } else {
         None
     };
     Ok(EventPage {
         events,
-        next_before,
+        next_before: last.map(|(id, _)| id),
+        next_before_at: last.filter(|_| by_time).map(|(_, at)| at),
     })
 }
 
@@ -328,10 +354,14 @@ pub async fn operator_still_valid(
     Ok(role.as_deref().and_then(super::Role::parse))
 }
 
-/// Row counts by status for the console: exact for the statuses an operator acts on (pending,
-/// processing, failed, cancelled: each read from its partial index), and `done` estimated from
-/// the table's statistics (counting millions of done rows on every refresh would cost more than
-/// the page may).
+/// Counts above this are shown as "more than" (a backlog of millions is not counted on every
+/// refresh).
+pub const COUNT_CAP: i64 = 100_000;
+
+/// Row counts by status for the console: exact up to [`COUNT_CAP`] (one more means "more") for
+/// the statuses an operator acts on (pending, processing, failed, cancelled: an index-only
+/// count of the rows that are not done), and `done` estimated from the table's statistics
+/// (counting millions of done rows on every refresh would cost more than the page may).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConsoleCounts {
     /// Waiting to be claimed (retries and scheduled events included).
@@ -356,13 +386,14 @@ const EXACT_DONE_COUNT_BELOW: i64 = 100_000;
 pub async fn console_counts(pool: &PgPool) -> Result<ConsoleCounts, StoreError> {
     let row = sqlx::query(
         r#"
-        SELECT (SELECT count(*) FROM outbox_event WHERE status IN ('pending', 'processing') AND status = 'pending') AS pending,
-               (SELECT count(*) FROM outbox_event WHERE status IN ('pending', 'processing') AND status = 'processing') AS processing,
-               (SELECT count(*) FROM outbox_event WHERE status IN ('failed', 'cancelled') AND status = 'failed') AS failed,
-               (SELECT count(*) FROM outbox_event WHERE status IN ('failed', 'cancelled') AND status = 'cancelled') AS cancelled,
+        SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'pending' LIMIT $1) s) AS pending,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'processing' LIMIT $1) s) AS processing,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'failed' LIMIT $1) s) AS failed,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'cancelled' LIMIT $1) s) AS cancelled,
                (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox_event'::regclass) AS estimate
         "#,
     )
+    .bind(COUNT_CAP + 1)
     .fetch_one(pool)
     .await
     .context("console counts")?;

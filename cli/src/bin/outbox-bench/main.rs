@@ -26,6 +26,7 @@ use serde::Serialize;
 mod bullmq;
 mod claim_cost;
 mod common;
+mod console;
 mod dispatch;
 mod e2e;
 mod latency;
@@ -98,6 +99,12 @@ struct Args {
     /// fill two batches of 100 in flight but not two of 1,000.
     #[arg(long, default_value_t = 100)]
     ordered_batch: i64,
+    /// Events in the table while the console's pages are timed.
+    #[arg(long, default_value_t = 1_000_000)]
+    console_events: i64,
+    /// Requests timed per console page.
+    #[arg(long, default_value_t = 20)]
+    console_samples: usize,
     /// Run only these sections (comma-separated; default all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
@@ -128,6 +135,7 @@ enum Section {
     Ordered,
     /// Dispatch throughput into BullMQ's job format against the same events into a stream.
     Bullmq,
+    Console,
 }
 
 #[tokio::main]
@@ -181,6 +189,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if run(Section::ClaimCost) {
         claim_cost::run(&args, &mut report, &pool, &settings).await?;
+    }
+    if run(Section::Console) {
+        console::run(&args, &mut report, &config, &pool, &settings).await?;
     }
     if run(Section::Rss) {
         rss::run(&args, &mut report, &config, &pool, &settings).await?;
