@@ -138,6 +138,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Give back the claims of a host that died (its `processing` events become pending, due
+    /// now, the cut attempt not counted). Live hosts do this by themselves once a host's
+    /// heartbeat is 90 s old; this does it at once. Needs an admin; audited.
+    Release {
+        /// The host's worker id (`outbox stats` lists them).
+        #[arg(long)]
+        worker: String,
+        /// Release even if the host sent a heartbeat in the last 30 s (it may still be working:
+        /// its events may then be handed off twice, once by it and once by the next claimer).
+        #[arg(long)]
+        force: bool,
+    },
     /// Show the audit trail: who ran which destructive command, when, on what, with what effect.
     Audit {
         /// Newest entries shown.
@@ -709,6 +721,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Trace { id, depth, json } => {
             ops::print_trace(&load_config(&cli.config)?, id, depth, json).await?;
+        }
+        Command::Release { worker, force } => {
+            let config = load_config_or_environment(&cli.config)?;
+            let pool = store::connect(&config.settings.database_url, 2).await?;
+            store::migrate(&pool).await?;
+            ops::release_worker(&pool, &worker, force).await?;
         }
         Command::Audit { limit, json } => {
             let config = load_config_or_environment(&cli.config)?;

@@ -359,6 +359,18 @@ async fn heartbeat_loop(
         {
             tracing::warn!(error = %e, "heartbeat failed");
         }
+        // A host that died (no heartbeat for STALE_HOST_AFTER) gives its claims back now rather
+        // than at the end of its lease; any live host does it, the update is the same from all.
+        match store::release_stale_claims(&pool, store::STALE_HOST_AFTER).await {
+            Ok(released) => {
+                for r in released {
+                    tracing::warn!(host = %r.worker, events = r.events, silent_for = ?store::STALE_HOST_AFTER, "released the claims of a host whose heartbeat stopped");
+                    metrics::counter!("outbox_stale_claims_released_total")
+                        .increment(r.events as u64);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "releasing the claims of stale hosts failed"),
+        }
         if crate::reconnect::sleep_or_shutdown(Duration::from_secs(10), &shutdown).await {
             // A host that stops cleanly leaves the list of hosts (and is not reported dead).
             if let Err(e) = store::forget_worker(&pool, &worker_id).await {

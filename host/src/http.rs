@@ -17,11 +17,237 @@ use tokio_util::sync::CancellationToken;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-/// The process-wide Prometheus recorder (installed on first use).
+/// What a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// A distribution (seconds).
+    Histogram,
+}
+
+/// Every metric the host exports, with its `# HELP` text: described when the recorder is
+/// installed, so `/metrics` carries a `# HELP` line for each.
+pub const METRICS: &[(&str, MetricKind, &str)] = &[
+    (
+        "outbox_alerts_fired_total",
+        MetricKind::Counter,
+        "Alerts that started firing, by alert.",
+    ),
+    (
+        "outbox_alert_dead_hosts",
+        MetricKind::Gauge,
+        "Hosts whose heartbeat stopped (alerting host only).",
+    ),
+    (
+        "outbox_alert_failed_events",
+        MetricKind::Gauge,
+        "Events in status failed, as the alert check saw them.",
+    ),
+    (
+        "outbox_alert_firing",
+        MetricKind::Gauge,
+        "1 while an alert fires, 0 otherwise, by alert (alerting host only).",
+    ),
+    (
+        "outbox_alert_pending_old_events",
+        MetricKind::Gauge,
+        "Pending events older than 60 s, as the alert check saw them.",
+    ),
+    (
+        "outbox_capability_checks_total",
+        MetricKind::Counter,
+        "Capability checks made for plugin host calls, by capability.",
+    ),
+    (
+        "outbox_capability_denied_total",
+        MetricKind::Counter,
+        "Capability checks denied, by capability.",
+    ),
+    (
+        "outbox_contract_rejected_total",
+        MetricKind::Counter,
+        "Events refused because they break their event contract.",
+    ),
+    (
+        "outbox_contract_unregistered_total",
+        MetricKind::Counter,
+        "Events of a type no contract registers.",
+    ),
+    (
+        "outbox_dead_letter_entries",
+        MetricKind::Gauge,
+        "Entries in each handler-bound queue's dead-letter stream.",
+    ),
+    (
+        "outbox_dispatch_batch_seconds",
+        MetricKind::Histogram,
+        "Time to dispatch one claimed batch (route, enqueue, record).",
+    ),
+    (
+        "outbox_dispatch_errors_total",
+        MetricKind::Counter,
+        "Dispatch batches that failed, by stage.",
+    ),
+    (
+        "outbox_events_dispatched_total",
+        MetricKind::Counter,
+        "Events handed to every destination queue.",
+    ),
+    (
+        "outbox_events_failed",
+        MetricKind::Gauge,
+        "Events in status failed.",
+    ),
+    (
+        "outbox_events_failed_total",
+        MetricKind::Counter,
+        "Events that failed for good (retries exhausted or no route).",
+    ),
+    (
+        "outbox_events_pending",
+        MetricKind::Gauge,
+        "Events in status pending (scheduled ones included).",
+    ),
+    (
+        "outbox_events_pending_older_than_60s",
+        MetricKind::Gauge,
+        "Pending events due for more than 60 s (events scheduled for later are not counted).",
+    ),
+    (
+        "outbox_events_retried_total",
+        MetricKind::Counter,
+        "Dispatch attempts that failed and will be retried.",
+    ),
+    (
+        "outbox_handler_seconds",
+        MetricKind::Histogram,
+        "Time one handler call took, by queue.",
+    ),
+    (
+        "outbox_infra_retries_total",
+        MetricKind::Counter,
+        "Retries after a PostgreSQL or Redis blip (no attempt counted), by service and stage.",
+    ),
+    (
+        "outbox_invoke_jobs_refused_total",
+        MetricKind::Counter,
+        "Plugin invoke jobs refused (forged or unknown subscriber).",
+    ),
+    (
+        "outbox_lease_recovered_total",
+        MetricKind::Counter,
+        "Events claimed again after another host's lease expired.",
+    ),
+    (
+        "outbox_no_route_total",
+        MetricKind::Counter,
+        "Events no route matched (they fail).",
+    ),
+    (
+        "outbox_ordering_blocked_keys",
+        MetricKind::Gauge,
+        "Ordering keys whose next event waits behind a retry.",
+    ),
+    (
+        "outbox_ordering_oldest_blocked_seconds",
+        MetricKind::Gauge,
+        "Age of the oldest ordering key blocked behind a retry.",
+    ),
+    (
+        "outbox_plugin_call_seconds",
+        MetricKind::Histogram,
+        "Time one plugin call took, by plugin.",
+    ),
+    (
+        "outbox_plugin_calls_total",
+        MetricKind::Counter,
+        "Plugin calls, by plugin.",
+    ),
+    (
+        "outbox_plugin_errors_total",
+        MetricKind::Counter,
+        "Plugin calls that failed (trap, time or memory limit, bad answer), by plugin.",
+    ),
+    (
+        "outbox_plugin_log_dropped_total",
+        MetricKind::Counter,
+        "Plugin log lines dropped over the per-call limit, by plugin.",
+    ),
+    (
+        "outbox_plugin_timeouts_total",
+        MetricKind::Counter,
+        "Plugin calls cut at their time limit, by plugin.",
+    ),
+    (
+        "outbox_receipts_written_total",
+        MetricKind::Counter,
+        "Handler receipts written, by result.",
+    ),
+    (
+        "outbox_receiver_duplicates_total",
+        MetricKind::Counter,
+        "Deliveries skipped because their handler already finished them.",
+    ),
+    (
+        "outbox_receiver_handled_total",
+        MetricKind::Counter,
+        "Queue entries handled, by queue and outcome.",
+    ),
+    (
+        "outbox_receiver_lost_claims_total",
+        MetricKind::Counter,
+        "Entries whose claim another receiver took over mid-handling.",
+    ),
+    (
+        "outbox_receiver_reclaimed_total",
+        MetricKind::Counter,
+        "Entries reclaimed from a receiver that stopped acknowledging.",
+    ),
+    (
+        "outbox_receiver_recovered_total",
+        MetricKind::Counter,
+        "Entries recovered after a receiver restart.",
+    ),
+    (
+        "outbox_reload_errors_total",
+        MetricKind::Counter,
+        "Reloads rejected (the previous version keeps serving).",
+    ),
+    (
+        "outbox_reloads_total",
+        MetricKind::Counter,
+        "Reloads applied, by what changed (routes or plugin).",
+    ),
+    (
+        "outbox_stale_claims_released_total",
+        MetricKind::Counter,
+        "Claims of hosts whose heartbeat stopped, released before their lease ended.",
+    ),
+    (
+        "outbox_stalled_entries",
+        MetricKind::Gauge,
+        "Entries of each handler-bound queue unacknowledged longer than the receiver lease.",
+    ),
+];
+
+/// The process-wide Prometheus recorder (installed on first use, with every metric of
+/// [`METRICS`] described).
 pub fn prometheus() -> Option<&'static PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
-            Ok(handle) => Some(handle),
+            Ok(handle) => {
+                for (name, kind, help) in METRICS {
+                    match kind {
+                        MetricKind::Counter => metrics::describe_counter!(*name, *help),
+                        MetricKind::Gauge => metrics::describe_gauge!(*name, *help),
+                        MetricKind::Histogram => metrics::describe_histogram!(*name, *help),
+                    }
+                }
+                Some(handle)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "metrics recorder not installed");
                 None
@@ -110,5 +336,63 @@ async fn ready(State(probe): State<Probe>) -> (StatusCode, String) {
             StatusCode::SERVICE_UNAVAILABLE,
             "redis: unreachable\n".into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric name the host's code records is in [`METRICS`] (so `/metrics` has a
+    /// `# HELP` line for it), and the catalogue names nothing the code no longer records.
+    #[test]
+    fn every_metric_the_code_records_is_described() {
+        fn sources(dir: &std::path::Path, out: &mut String) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    sources(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("http.rs")
+                {
+                    out.push_str(&std::fs::read_to_string(&path).unwrap());
+                }
+            }
+        }
+        let mut code = String::new();
+        sources(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut code,
+        );
+        let mut recorded = std::collections::BTreeSet::new();
+        for macro_name in ["counter!(", "gauge!(", "histogram!("] {
+            for piece in code.split(macro_name).skip(1) {
+                let name = piece.trim_start().trim_start_matches('"');
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if name.starts_with("outbox_") {
+                    recorded.insert(name);
+                }
+            }
+        }
+        for quoted in code
+            .split('"')
+            .filter(|s| s.starts_with("outbox_") && s.ends_with("_total"))
+        {
+            recorded.insert(quoted.to_string());
+        }
+        let described: std::collections::BTreeSet<String> =
+            METRICS.iter().map(|(n, _, _)| n.to_string()).collect();
+        let missing: Vec<_> = recorded.difference(&described).collect();
+        assert!(
+            missing.is_empty(),
+            "metrics without a description: {missing:?}"
+        );
+        let stale: Vec<_> = described.difference(&recorded).collect();
+        assert!(
+            stale.is_empty(),
+            "described metrics the code never records: {stale:?}"
+        );
     }
 }

@@ -63,8 +63,13 @@ async fn each_alert_fires_on_its_situation_and_clears_when_it_passes(pool: PgPoo
 
     // Old pending events, failed ones, a dead letter, a stalled entry and a silent host.
     sqlx::query(
-        "INSERT INTO outbox_event (event_type, payload, created_at)
-         SELECT 'mail.welcome', '{}', now() - interval '2 minutes' FROM generate_series(1, 11)",
+        "INSERT INTO outbox_event (event_type, payload, created_at, available_at)
+         SELECT 'mail.welcome', '{}'::jsonb, now() - interval '2 minutes', now() - interval '2 minutes'
+         FROM generate_series(1, 11)
+         UNION ALL
+         -- Old, but scheduled for later: not late, never counted.
+         SELECT 'mail.welcome', '{}'::jsonb, now() - interval '2 minutes', now() + interval '1 hour'
+         FROM generate_series(1, 20)",
     )
     .execute(&env.pool)
     .await

@@ -221,3 +221,80 @@ async fn the_claim_statement_reaches_only_the_rows_it_claims_with_many_waiting(p
     assert_eq!(env.count("processing").await, 1000);
     env.cleanup().await;
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dead_hosts_claims_are_released_when_its_heartbeat_stops_without_burning_an_attempt(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    let ids = env
+        .publish_all(
+            (0..7)
+                .map(|i| NewEvent::new("mail.welcome", json!({"i": i})))
+                .collect(),
+        )
+        .await;
+    // Two hosts claimed them with a 5-minute lease: one stopped heartbeating two minutes ago
+    // (SIGKILL), the other is alive.
+    sqlx::query(
+        "INSERT INTO outbox_worker (id, host_name, version, last_seen)
+         VALUES ('dead-host', 'h', '0', now() - interval '2 minutes'), ('live-host', 'h', '0', now())",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE outbox_event SET status = 'processing', attempts = attempts + 1, claimed_at = now(),
+                claimed_by = CASE WHEN id <= $1 THEN 'dead-host' ELSE 'live-host' END,
+                claim_expires_at = now() + interval '5 minutes', available_at = now() + interval '5 minutes'",
+    )
+    .bind(ids[4])
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let stale = store::stale_hosts(&env.pool, store::STALE_HOST_AFTER)
+        .await
+        .unwrap();
+    assert_eq!(stale.len(), 1);
+    assert_eq!(
+        (stale[0].worker.as_str(), stale[0].held_claims),
+        ("dead-host", 5)
+    );
+
+    let released = store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER)
+        .await
+        .unwrap();
+    assert_eq!(
+        released,
+        vec![store::ReleasedClaims {
+            worker: "dead-host".into(),
+            events: 5
+        }]
+    );
+    for id in &ids[..5] {
+        assert_eq!(
+            env.status(*id).await,
+            ("pending".into(), 0, None),
+            "event {id}"
+        );
+    }
+    for id in &ids[5..] {
+        assert_eq!(
+            env.status(*id).await.0,
+            "processing",
+            "a live host keeps its claims"
+        );
+    }
+    // Released again: nothing more to release.
+    assert!(
+        store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The next dispatcher hands them off at once, long before the dead host's lease ends.
+    let report = env.dispatcher("next-host").await.drain().await.unwrap();
+    assert_eq!(report.done, 5);
+    assert_eq!(env.event_ids("outbox.mail").await, ids[..5].to_vec());
+    env.cleanup().await;
+}

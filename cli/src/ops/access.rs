@@ -1,4 +1,4 @@
-//! `outbox operator add|list|revoke`, `outbox audit`, and the check every gated command makes
+//! `outbox operator add|list|revoke`, `outbox audit`, `outbox release`, and the check every gated command makes
 //! first ([`require`]): who runs it (the token in `OUTBOX_OPERATOR_TOKEN`, or in the file
 //! `OUTBOX_OPERATOR_TOKEN_FILE` names) and whether its role allows it. A refused command says why
 //! and has changed nothing. The identities, roles and audit rows are
@@ -161,5 +161,31 @@ pub async fn print_audit(pool: &PgPool, limit: i64, json: bool) -> anyhow::Resul
         ]);
     }
     out!("{t}");
+    Ok(())
+}
+
+/// `outbox release --worker ID`: give back the claims of a host that died, at once.
+pub async fn release_worker(pool: &PgPool, worker: &str, force: bool) -> anyhow::Result<()> {
+    let operator = require(pool, Role::Admin, "release").await?;
+    match store::worker_silence(pool, worker).await? {
+        None => anyhow::bail!(
+            "no host {worker:?} has ever sent a heartbeat: `outbox stats` lists the hosts (nothing was changed)"
+        ),
+        Some(silent) if silent < 30.0 && !force => anyhow::bail!(
+            "host {worker} sent a heartbeat {silent:.0} s ago and may still be working: stop it first, or add --force (nothing was changed)"
+        ),
+        Some(_) => {}
+    }
+    let released = store::release_claims(pool, worker).await?;
+    store::record_audit(
+        pool,
+        &operator,
+        "release",
+        &serde_json::json!({ "worker": worker, "force": force }),
+        false,
+        released,
+    )
+    .await?;
+    out!("release: {released} claims of host {worker} are pending again, due now");
     Ok(())
 }

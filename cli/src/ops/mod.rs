@@ -16,7 +16,9 @@ mod repair;
 mod stats;
 mod trace;
 
-pub use access::{add_operator, list_operators, print_audit, require, revoke_operator};
+pub use access::{
+    add_operator, list_operators, print_audit, release_worker, require, revoke_operator,
+};
 pub use contracts::{
     check_contracts, diff_contract_files, list_contracts, show_contract, EXIT_BREAKING,
 };

@@ -18,6 +18,7 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
     let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
     let ordering = store::ordering_blocked(pool, 20).await?;
     let workers = store::recent_workers(pool, 20).await?;
+    let stale = store::stale_hosts(pool, store::STALE_HOST_AFTER).await?;
     let handlers = store::receipt_counts_by_handler(pool, 50).await?;
     if json {
         out!(
@@ -29,7 +30,8 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                 "ordering": ordering,
                 "queues": queues.as_ref().ok(),
                 "queues_error": queues.as_ref().err().map(|e| format!("{e:#}")),
-                "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago})).collect::<Vec<_>>(),
+                "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago, "stale": w.last_seen_seconds_ago > store::STALE_HOST_AFTER.as_secs_f64()})).collect::<Vec<_>>(),
+                "stale_hosts": stale,
             })
         );
         return Ok(());
@@ -148,13 +150,26 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
         t.load_preset(UTF8_FULL_CONDENSED)
             .set_header(vec!["worker", "host", "last seen"]);
         for w in workers {
+            let stale = w.last_seen_seconds_ago > store::STALE_HOST_AFTER.as_secs_f64();
             t.add_row(vec![
                 Cell::new(w.id),
                 Cell::new(w.host_name),
-                Cell::new(format!("{:.0} s ago", w.last_seen_seconds_ago)),
+                Cell::new(format!(
+                    "{:.0} s ago{}",
+                    w.last_seen_seconds_ago,
+                    if stale { " (stale)" } else { "" }
+                )),
             ]);
         }
         out!("{t}");
+    }
+    for host in &stale {
+        if host.held_claims > 0 {
+            eprintln!(
+                "warning: host {} is silent for {:.0} s and still holds {} claims: a live host releases them at its next heartbeat, or run `outbox release --worker {}`",
+                host.worker, host.silent_seconds, host.held_claims, host.worker
+            );
+        }
     }
     Ok(())
 }

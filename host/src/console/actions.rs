@@ -279,6 +279,7 @@ fn dead_letter_queues(console: &Console, asked: Option<&str>) -> Vec<String> {
     queues
 }
 
+/// The newest [`DEAD_LETTERS_SHOWN`] dead letters of each of `queues`.
 async fn list_dead_letters(
     console: &Console,
     queues: &[String],
@@ -287,10 +288,13 @@ async fn list_dead_letters(
         .dead_letter_store()
         .await
         .map_err(ConsoleError::Unavailable)?;
-    tokio::time::timeout(super::REDIS_READ_LIMIT, store.list(queues))
-        .await
-        .map_err(|_| ConsoleError::Unavailable("Redis did not answer in time".into()))?
-        .map_err(|e| ConsoleError::Unavailable(e.to_string()))
+    tokio::time::timeout(
+        super::REDIS_READ_LIMIT,
+        store.list_newest(queues, DEAD_LETTERS_SHOWN),
+    )
+    .await
+    .map_err(|_| ConsoleError::Unavailable("Redis did not answer in time".into()))?
+    .map_err(|e| ConsoleError::Unavailable(e.to_string()))
 }
 
 fn letter_key(letter: &DeadLetter) -> String {
@@ -326,7 +330,7 @@ pub async fn dead_letters(
             @if letters.is_empty() { p #no-dead-letters { "No dead letters in " (queues.join(", ")) "." } } @else {
                 table #dead-letters {
                     tr { th { input type="checkbox" data-select-all="letter" aria-label="select all"; } th { "queue" } th { "entry" } th { "event" } th { "type" } th.num { "attempts" } th { "dead at" } th { "error" } }
-                    @for l in letters.iter().take(DEAD_LETTERS_SHOWN) {
+                    @for l in &letters {
                         tr {
                             td { input type="checkbox" name="letter" value=(letter_key(l)) aria-label=(format!("select {}", l.dead_letter_id)); }
                             td { (l.queue) } td { (l.dead_letter_id) }
@@ -335,7 +339,7 @@ pub async fn dead_letters(
                         }
                     }
                 }
-                @if letters.len() > DEAD_LETTERS_SHOWN { p.hint { "Showing " (DEAD_LETTERS_SHOWN) " of " (letters.len()) "; pick a queue to narrow." } }
+                @if letters.len() >= DEAD_LETTERS_SHOWN { p.hint { "Showing the newest " (DEAD_LETTERS_SHOWN) " of each queue; replay or drop them to see older ones." } }
             }
         }
     };
@@ -366,22 +370,32 @@ async fn letters_of(
             "select the dead letters first (nothing was changed)".into(),
         ));
     }
-    let mut queues: Vec<String> = wanted
-        .iter()
-        .filter_map(|k| k.rsplit_once('|').map(|(q, _)| q.to_string()))
-        .collect();
-    queues.sort();
-    queues.dedup();
-    let letters = list_dead_letters(console, &queues).await?;
-    let found: Vec<DeadLetter> = letters
-        .into_iter()
-        .filter(|l| wanted.contains(&letter_key(l).as_str()))
-        .collect();
-    let missing: Vec<String> = wanted
-        .iter()
-        .filter(|k| !found.iter().any(|l| letter_key(l) == **k))
-        .map(|k| k.to_string())
-        .collect();
+    if wanted.len() > DEAD_LETTERS_SHOWN {
+        return Err(ConsoleError::BadRequest(format!(
+            "at most {DEAD_LETTERS_SHOWN} dead letters at a time (nothing was changed)"
+        )));
+    }
+    let store = console
+        .dead_letter_store()
+        .await
+        .map_err(ConsoleError::Unavailable)?;
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for key in wanted {
+        let Some((queue, id)) = key.rsplit_once('|') else {
+            return Err(ConsoleError::BadRequest(format!(
+                "{key:?} names no dead letter (nothing was changed)"
+            )));
+        };
+        let letter = tokio::time::timeout(super::REDIS_READ_LIMIT, store.find(queue, id))
+            .await
+            .map_err(|_| ConsoleError::Unavailable("Redis did not answer in time".into()))?
+            .map_err(|e| ConsoleError::Unavailable(e.to_string()))?;
+        match letter {
+            Some(letter) => found.push(letter),
+            None => missing.push(key.to_string()),
+        }
+    }
     Ok((action, found, missing))
 }
 

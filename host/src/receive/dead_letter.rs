@@ -64,21 +64,58 @@ impl DeadLetters {
             let key = self.keys.dead_letter_stream(queue);
             let reply: redis::streams::StreamRangeReply =
                 ctx(conn.xrange_all(&key).await, || format!("read {key}"))?;
-            for id in reply.ids {
-                let entry = QueueEntry::from_stream(&id);
-                out.push(DeadLetter {
-                    queue: queue.clone(),
-                    dead_letter_id: id.id.clone(),
-                    event_id: entry.event_id(),
-                    event_type: entry.get(field::EVENT_TYPE).unwrap_or_default().to_string(),
-                    error: entry.get(field::ERROR).unwrap_or_default().to_string(),
-                    attempts: entry.handler_attempt(),
-                    dead_at: entry.get(field::DEAD_AT).unwrap_or_default().to_string(),
-                    fields: entry.fields.into_iter().collect(),
-                });
-            }
+            out.extend(reply.ids.iter().map(|id| Self::letter(queue, id)));
         }
         Ok(out)
+    }
+
+    /// The newest `per_queue` entries of each of `queues`' dead-letter streams, newest first
+    /// (what a page shows: a stream of a million dead letters is not read whole).
+    pub async fn list_newest(
+        &self,
+        queues: &[String],
+        per_queue: usize,
+    ) -> Result<Vec<DeadLetter>, ReceiveError> {
+        let mut out = Vec::new();
+        let mut conn = self.conn.clone();
+        for queue in queues {
+            let key = self.keys.dead_letter_stream(queue);
+            let reply: redis::streams::StreamRangeReply = ctx(
+                conn.xrevrange_count(&key, "+", "-", per_queue).await,
+                || format!("read {key}"),
+            )?;
+            out.extend(reply.ids.iter().map(|id| Self::letter(queue, id)));
+        }
+        Ok(out)
+    }
+
+    /// The dead letter `dead_letter_id` of `queue`, if it is still there.
+    pub async fn find(
+        &self,
+        queue: &str,
+        dead_letter_id: &str,
+    ) -> Result<Option<DeadLetter>, ReceiveError> {
+        let key = self.keys.dead_letter_stream(queue);
+        let mut conn = self.conn.clone();
+        let reply: redis::streams::StreamRangeReply = ctx(
+            conn.xrange(&key, dead_letter_id, dead_letter_id).await,
+            || format!("read {key}"),
+        )?;
+        Ok(reply.ids.first().map(|id| Self::letter(queue, id)))
+    }
+
+    fn letter(queue: &str, id: &redis::streams::StreamId) -> DeadLetter {
+        let entry = QueueEntry::from_stream(id);
+        DeadLetter {
+            queue: queue.to_string(),
+            dead_letter_id: id.id.clone(),
+            event_id: entry.event_id(),
+            event_type: entry.get(field::EVENT_TYPE).unwrap_or_default().to_string(),
+            error: entry.get(field::ERROR).unwrap_or_default().to_string(),
+            attempts: entry.handler_attempt(),
+            dead_at: entry.get(field::DEAD_AT).unwrap_or_default().to_string(),
+            fields: entry.fields.clone().into_iter().collect(),
+        }
     }
 
     /// Put a dead letter back on its queue (attempts start again at 1; the handler's

@@ -103,35 +103,27 @@ fn like_prefix(prefix: &str) -> String {
     pattern
 }
 
-/// One page (`limit` rows, at most [`SEARCH_PAGE_MAX`]) of the events matching `search`, newest
-/// first: by id, or, when a time range is given, by publication time (then id), so that the
-/// range is read from its own index and not by walking every newer id. Only the given
-/// conditions are in the statement, so each uses its index.
-pub async fn search_events(
-    pool: &PgPool,
-    search: &EventSearch,
-    limit: i64,
-) -> Result<EventPage, SearchError> {
-    if let Some(status) = &search.status {
-        if !EVENT_STATUSES.contains(&status.as_str()) {
-            return Err(SearchError::Invalid(format!(
-                "unknown status {status:?}: one of {}",
-                EVENT_STATUSES.join(", ")
-            )));
-        }
+/// The finished rows: what the console's search indexes hold (`migrations/*_console_*.sql`).
+const FINISHED: &str = "status IN ('done', 'failed', 'cancelled')";
+/// The open rows: what the claim index holds.
+const OPEN: &str = "status IN ('pending', 'processing')";
+
+/// A time range narrower than this is read through the BRIN index on `created_at` and ordered
+/// by time; a wider one (or one open at an end) is read newest id first through the primary
+/// key, which meets rows of the range at once.
+pub const NARROW_RANGE: chrono::TimeDelta = chrono::TimeDelta::days(2);
+
+/// Whether `search` is ordered by publication time (a narrow time range) rather than by id.
+fn orders_by_time(search: &EventSearch) -> bool {
+    match (search.since, search.until) {
+        (Some(since), Some(until)) => until - since <= NARROW_RANGE,
+        (Some(since), None) => Utc::now() - since <= NARROW_RANGE,
+        _ => false,
     }
-    if let (Some(since), Some(until)) = (search.since, search.until) {
-        if since >= until {
-            return Err(SearchError::Invalid(format!(
-                "the time range is empty: from {since} is not before {until}"
-            )));
-        }
-    }
-    let limit = limit.clamp(1, SEARCH_PAGE_MAX);
-    let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
-        "SELECT id, event_type, event_version, tenant_id, status, attempts, dispatch_key, \
-         created_at, available_at, last_error FROM outbox_event WHERE true",
-    );
+}
+
+/// The search's conditions (after a branch's status condition), each bound.
+fn push_conditions(query: &mut QueryBuilder<'_, Postgres>, search: &EventSearch, by_time: bool) {
     if let Some(id) = search.id {
         query.push(" AND id = ").push_bind(id);
     }
@@ -155,7 +147,6 @@ pub async fn search_events(
     if let Some(key) = &search.dispatch_key {
         query.push(" AND dispatch_key = ").push_bind(key.clone());
     }
-    let by_time = search.since.is_some() || search.until.is_some();
     match (search.before, search.before_at) {
         (Some(before), Some(at)) if by_time => {
             query
@@ -170,15 +161,79 @@ pub async fn search_events(
         }
         (None, _) => {}
     }
-    // One row more than the page tells whether there is a next page.
-    query.push(if by_time {
+}
+
+/// One page (`limit` rows, at most [`SEARCH_PAGE_MAX`]) of the events matching `search`, newest
+/// first: by id, or, for a narrow time range ([`NARROW_RANGE`]), by publication time (then id),
+/// so that an old range is read from the BRIN index and not by walking every newer id. Only the given
+/// conditions are in the statement, so each uses its index.
+pub async fn search_events(
+    pool: &PgPool,
+    search: &EventSearch,
+    limit: i64,
+) -> Result<EventPage, SearchError> {
+    if let Some(status) = &search.status {
+        if !EVENT_STATUSES.contains(&status.as_str()) {
+            return Err(SearchError::Invalid(format!(
+                "unknown status {status:?}: one of {}",
+                EVENT_STATUSES.join(", ")
+            )));
+        }
+    }
+    if let (Some(since), Some(until)) = (search.since, search.until) {
+        if since >= until {
+            return Err(SearchError::Invalid(format!(
+                "the time range is empty: from {since} is not before {until}"
+            )));
+        }
+    }
+    let limit = limit.clamp(1, SEARCH_PAGE_MAX);
+    let by_time = orders_by_time(search);
+    let order = if by_time {
         " ORDER BY created_at DESC, id DESC LIMIT "
     } else {
         " ORDER BY id DESC LIMIT "
-    });
-    query.push_bind(limit + 1);
+    };
+    // Two branches: finished rows (read from the console's partial indexes, which hold only
+    // finished rows, so an event adds one entry to each, not one per status change) and open
+    // rows (few; read from the claim index). A status filter keeps only its branch.
+    let branches: Vec<&str> = match search.status.as_deref() {
+        Some("pending" | "processing") => vec![OPEN],
+        Some(_) => vec![FINISHED],
+        None => vec![FINISHED, OPEN],
+    };
+    let mut query: QueryBuilder<Postgres> = QueryBuilder::new("SELECT * FROM (");
+    for (i, branch) in branches.iter().enumerate() {
+        if i > 0 {
+            query.push(" UNION ALL ");
+        }
+        // The open branch reads every open row that matches from the claim index, behind an
+        // `OFFSET 0` fence: walking the primary key for a few open rows would pass every
+        // finished one (its cost grows with the backlog, not with the table).
+        let fenced = *branch == OPEN;
+        query.push(if fenced {
+            "(SELECT * FROM (SELECT "
+        } else {
+            "(SELECT "
+        });
+        query.push(
+            "id, event_type, event_version, tenant_id, status, attempts, dispatch_key, \
+             created_at, available_at, last_error FROM outbox_event WHERE ",
+        );
+        query.push(*branch);
+        push_conditions(&mut query, search, by_time);
+        if fenced {
+            query.push(" OFFSET 0) open_rows");
+        }
+        // One row more than the page tells whether there is a next page.
+        query.push(order).push_bind(limit + 1).push(")");
+    }
+    query.push(") page").push(order).push_bind(limit + 1);
+    // Planned for its own values every time (never a generic plan, which cannot use a prefix
+    // index for `LIKE $1`).
     let rows = query
         .build()
+        .persistent(false)
         .fetch_all(pool)
         .await
         .context("search events")?;
@@ -234,7 +289,15 @@ pub async fn throughput_last_hour(pool: &PgPool) -> Result<Vec<MinuteCounts>, St
         ),
         published AS (
             SELECT date_trunc('minute', created_at) AS minute, count(*) AS n
-            FROM outbox_event WHERE created_at >= date_trunc('minute', now()) - interval '59 minutes'
+            FROM (
+                SELECT created_at FROM outbox_event
+                WHERE status IN ('done', 'failed', 'cancelled')
+                  AND created_at >= date_trunc('minute', now()) - interval '59 minutes'
+                UNION ALL
+                SELECT created_at FROM outbox_event
+                WHERE status IN ('pending', 'processing')
+                  AND created_at >= date_trunc('minute', now()) - interval '59 minutes'
+            ) published
             GROUP BY 1
         ),
         done AS (
@@ -359,9 +422,10 @@ pub async fn operator_still_valid(
 pub const COUNT_CAP: i64 = 100_000;
 
 /// Row counts by status for the console: exact up to [`COUNT_CAP`] (one more means "more") for
-/// the statuses an operator acts on (pending, processing, failed, cancelled: an index-only
-/// count of the rows that are not done), and `done` estimated from the table's statistics
-/// (counting millions of done rows on every refresh would cost more than the page may).
+/// the statuses an operator acts on (pending and processing from the claim index, processing
+/// being at most a batch per host; failed and cancelled from their own small index), and `done`
+/// estimated from the table's statistics (counting millions of done rows on every refresh would
+/// cost more than the page may).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConsoleCounts {
     /// Waiting to be claimed (retries and scheduled events included).
@@ -386,10 +450,10 @@ const EXACT_DONE_COUNT_BELOW: i64 = 100_000;
 pub async fn console_counts(pool: &PgPool) -> Result<ConsoleCounts, StoreError> {
     let row = sqlx::query(
         r#"
-        SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'pending' LIMIT $1) s) AS pending,
-               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'processing' LIMIT $1) s) AS processing,
-               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'failed' LIMIT $1) s) AS failed,
-               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status = 'cancelled' LIMIT $1) s) AS cancelled,
+        SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('pending', 'processing') LIMIT $1) s) AS open,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('pending', 'processing') AND status = 'processing' LIMIT $1) s) AS processing,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('failed', 'cancelled') AND status = 'failed' LIMIT $1) s) AS failed,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('failed', 'cancelled') AND status = 'cancelled' LIMIT $1) s) AS cancelled,
                (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox_event'::regclass) AS estimate
         "#,
     )
@@ -397,9 +461,16 @@ pub async fn console_counts(pool: &PgPool) -> Result<ConsoleCounts, StoreError> 
     .fetch_one(pool)
     .await
     .context("console counts")?;
+    let open: i64 = row.get("open");
+    let processing: i64 = row.get("processing");
     let mut counts = ConsoleCounts {
-        pending: row.get("pending"),
-        processing: row.get("processing"),
+        // Above the cap the open count stops, so pending is only known to be above it too.
+        pending: if open > COUNT_CAP {
+            open
+        } else {
+            open - processing
+        },
+        processing,
         failed: row.get("failed"),
         cancelled: row.get("cancelled"),
         done_estimate: 0,

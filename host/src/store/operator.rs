@@ -23,7 +23,8 @@ pub struct StatusCounts {
     pub failed: i64,
     /// Cancelled by an operator.
     pub cancelled: i64,
-    /// Pending events older than 60 s (the alerting figure).
+    /// Pending events due for more than 60 s and not claimed yet (the alerting figure; events
+    /// scheduled for later or waiting for a retry are not late).
     pub pending_older_than_60s: i64,
 }
 
@@ -36,7 +37,7 @@ pub async fn status_counts(pool: &PgPool) -> Result<StatusCounts, StoreError> {
                count(*) FILTER (WHERE status = 'done') AS done,
                count(*) FILTER (WHERE status = 'failed') AS failed,
                count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-               count(*) FILTER (WHERE status = 'pending' AND created_at < now() - interval '60 seconds')
+               count(*) FILTER (WHERE status = 'pending' AND available_at < now() - interval '60 seconds')
                    AS old_pending
         FROM outbox_event
         "#,
@@ -415,7 +416,8 @@ pub async fn receipts(pool: &PgPool) -> Result<Vec<ReceiptRow>, StoreError> {
         .collect())
 }
 
-/// Pending events created longer than `older_than` ago, and `failed` events: what the alerts
+/// Pending events due longer than `older_than` ago and still not claimed (an event scheduled
+/// for later, or waiting for its retry, is not late), and `failed` events: what the alerts
 /// watch every check. Reads only pending and failed rows (unlike [`status_counts`], which counts
 /// every row, done ones included, and runs only with retention).
 pub async fn old_pending_and_failed(
@@ -423,7 +425,7 @@ pub async fn old_pending_and_failed(
     older_than: Duration,
 ) -> Result<(i64, i64), StoreError> {
     sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1)),
+        "SELECT count(*) FILTER (WHERE status = 'pending' AND available_at < now() - make_interval(secs => $1)),
                 count(*) FILTER (WHERE status = 'failed')
          FROM outbox_event WHERE status IN ('pending', 'failed')",
     )

@@ -4,7 +4,10 @@
 //! against its baseline, the store's search query alone (the same rows read, no HTTP, no HTML).
 //! The rows are spread over 30 days, 20 types, 100 tenants (plus one rare tenant), 2% failed and
 //! 1% pending, as a table that has run for a month looks; vacuumed and analyzed as autovacuum
-//! would. The section empties the table when done.
+//! would. Then what the console's search indexes cost the dispatcher when nobody watches:
+//! dispatch throughput (`--events`, the dispatch section's run) with them against the same run
+//! with them dropped, best of `--rounds`. The section empties the table and puts the indexes
+//! back when done.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +19,30 @@ use outbox_host::live_config::LiveConfig;
 use outbox_host::store::{self, EventSearch, Role};
 use sqlx::PgPool;
 
+use crate::common::{host_throughput, prepare, serving_router};
 use crate::report::Report;
 use crate::Args;
+
+/// The indexes the console's search and counts add to `outbox_event` (migrations
+/// `*_console_*.sql`), with their definitions, to drop and put back.
+const CONSOLE_INDEXES: [(&str, &str); 4] = [
+    (
+        "outbox_event_tenant_idx",
+        "ON outbox_event (tenant_id, id) WHERE tenant_id IS NOT NULL AND status IN ('done', 'failed', 'cancelled')",
+    ),
+    (
+        "outbox_event_type_idx",
+        "ON outbox_event (event_type text_pattern_ops, id) WHERE status IN ('done', 'failed', 'cancelled')",
+    ),
+    (
+        "outbox_event_created_brin",
+        "ON outbox_event USING brin (created_at)",
+    ),
+    (
+        "outbox_event_failed_status_idx",
+        "ON outbox_event (status) WHERE status IN ('failed', 'cancelled')",
+    ),
+];
 
 /// Requests made before the timed ones (connections, caches and prepared statements warm).
 const WARM_UP: usize = 3;
@@ -270,6 +295,7 @@ pub(crate) async fn run(
         }
     }
     server.abort();
+    index_cost(args, report, &config, pool, settings).await?;
     sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
         .execute(pool)
         .await
@@ -278,6 +304,58 @@ pub(crate) async fn run(
         .execute(pool)
         .await?;
     tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}
+
+/// Dispatch throughput with the console's indexes against the same run without them.
+async fn index_cost(
+    args: &Args,
+    report: &mut Report,
+    config: &Config,
+    pool: &PgPool,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    let router = serving_router(config, settings).await?;
+    let (mut with, mut without) = (0f64, 0f64);
+    for round in 1..=args.rounds {
+        prepare(pool, settings, args.events).await?;
+        let indexed = host_throughput(pool, settings, router.clone(), args.events).await?;
+        for (name, _) in CONSOLE_INDEXES {
+            sqlx::query(&format!("DROP INDEX {name}"))
+                .execute(pool)
+                .await
+                .with_context(|| format!("drop {name}"))?;
+        }
+        prepare(pool, settings, args.events).await?;
+        let bare = host_throughput(pool, settings, router.clone(), args.events).await;
+        for (name, definition) in CONSOLE_INDEXES {
+            sqlx::query(&format!("CREATE INDEX IF NOT EXISTS {name} {definition}"))
+                .execute(pool)
+                .await
+                .with_context(|| format!("put {name} back"))?;
+        }
+        let bare = bare?;
+        report.say(format_args!(
+            "  round {round}: dispatch with the console's indexes {indexed:>9.0} events/s | without {bare:>9.0} events/s (ratio {:.2})",
+            indexed / bare
+        ));
+        with = with.max(indexed);
+        without = without.max(bare);
+    }
+    report
+        .figure(
+            "console",
+            "console.dispatch_with_indexes",
+            "dispatch throughput with the console's search indexes",
+            with,
+            "events/s",
+        )
+        .against(
+            "console.dispatch_without_indexes",
+            "the same events without them",
+            without,
+        )
+        .ratio_at_least(0.9);
     Ok(())
 }
 
