@@ -297,6 +297,24 @@ fn export(seen: &Observation, book: &AlertBook) {
     }
 }
 
+/// Set each queue's gauges: length (BullMQ: jobs waiting), and for a stream its unacknowledged
+/// entries, consumer lag and the age of its oldest unfinished entry.
+fn export_queues(backlogs: &[crate::sink::QueueBacklog]) {
+    for b in backlogs {
+        let queue = b.queue.clone();
+        metrics::gauge!("outbox_queue_length", "queue" => queue.clone(), "sink" => b.sink.as_str())
+            .set(b.waiting as f64);
+        if let Some(c) = &b.consumers {
+            metrics::gauge!("outbox_queue_unacked_entries", "queue" => queue.clone())
+                .set(c.pending.unwrap_or(0) as f64);
+            metrics::gauge!("outbox_queue_lag_entries", "queue" => queue.clone())
+                .set(c.lag.unwrap_or(0) as f64);
+            metrics::gauge!("outbox_queue_oldest_entry_age_seconds", "queue" => queue)
+                .set(c.oldest_entry_age_seconds.unwrap_or(0.0));
+        }
+    }
+}
+
 /// Log each change and count it.
 fn report(changes: &[AlertChange]) {
     for change in changes {
@@ -409,6 +427,22 @@ pub async fn alerts_loop(
                             publish(&book);
                         }
                         Err(e) => tracing::warn!(error = %e, "alert check failed; trying again"),
+                    }
+                    if let Some(live) = &live {
+                        let routes = live.routes.load_full();
+                        match crate::sink::queue_backlogs_with_consumers(
+                            conn,
+                            &keys,
+                            &routes,
+                            &routes.queue_names(),
+                        )
+                        .await
+                        {
+                            Ok(backlogs) => export_queues(&backlogs),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "queue gauges not read; trying again")
+                            }
+                        }
                     }
                 }
             }

@@ -195,3 +195,117 @@ async fn one_host_at_a_time_raises_the_alerts_and_another_takes_over_when_it_goe
     }
     env.cleanup().await;
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn queue_figures_show_unacked_entries_lag_dead_letters_and_the_oldest_entry_age(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    let keys = QueueKeys::from_settings(&env.settings);
+    let mut conn = env.redis.clone();
+    let stream = keys.stream(QUEUE);
+    // Three entries added a minute ago; the receivers' group took one and did not acknowledge it.
+    let minute_ago = chrono::Utc::now().timestamp_millis() - 60_000;
+    for i in 0..3 {
+        let _: String = redis::cmd("XADD")
+            .arg(&stream)
+            .arg(format!("{}-{i}", minute_ago))
+            .arg("event_id")
+            .arg(i)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg(CONSUMER_GROUP)
+        .arg("0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(CONSUMER_GROUP)
+        .arg("c1")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(keys.dead_letter_stream(QUEUE))
+        .arg("*")
+        .arg("event_id")
+        .arg("9")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let routes = outbox_host::config::RoutesFile::parse(
+        "[routes]\n\"mail.\" = \"outbox.mail\"\n\"audit.\" = \"outbox.audit\"\n[router]\nplugin = \"native\"\n[policy]\nplugin = \"deny-all\"\n",
+        std::path::Path::new("routes.toml"),
+    )
+    .unwrap();
+    let backlogs = outbox_host::sink::queue_backlogs_with_consumers(
+        &mut conn,
+        &keys,
+        &routes,
+        &["outbox.mail".to_string(), "outbox.audit".to_string()],
+    )
+    .await
+    .unwrap();
+    let mail = backlogs[0].consumers.unwrap();
+    assert_eq!(backlogs[0].waiting, 3);
+    assert_eq!(
+        (mail.pending, mail.lag, mail.dead_letters),
+        (Some(1), Some(2), 1)
+    );
+    let age = mail.oldest_entry_age_seconds.unwrap();
+    assert!((59.0..120.0).contains(&age), "{age}");
+    // A queue nothing was added to: nothing waits, no group.
+    let audit = backlogs[1].consumers.unwrap();
+    assert_eq!(backlogs[1].waiting, 0);
+    assert_eq!(
+        (audit.pending, audit.lag, audit.oldest_entry_age_seconds),
+        (None, None, None)
+    );
+    // Every entry acknowledged and delivered: nothing unfinished, whatever the stream holds.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(CONSUMER_GROUP)
+        .arg("c1")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let _: i64 = redis::cmd("XACK")
+            .arg(&stream)
+            .arg(CONSUMER_GROUP)
+            .arg(format!("{minute_ago}-{i}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let backlogs = outbox_host::sink::queue_backlogs_with_consumers(
+        &mut conn,
+        &keys,
+        &routes,
+        &["outbox.mail".to_string()],
+    )
+    .await
+    .unwrap();
+    let mail = backlogs[0].consumers.unwrap();
+    assert_eq!(
+        (mail.pending, mail.lag, mail.oldest_entry_age_seconds),
+        (Some(0), Some(0), None)
+    );
+    env.cleanup().await;
+}

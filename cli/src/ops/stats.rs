@@ -7,7 +7,9 @@ use sqlx::PgPool;
 use outbox_host::config::{Config, ShownSetting};
 use outbox_host::queue::QueueKeys;
 pub use outbox_host::routing::explain_route;
-use outbox_host::sink::{queue_backlogs, BullmqCounts, QueueBacklog};
+use outbox_host::sink::{
+    queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, StreamConsumers,
+};
 use outbox_host::store;
 
 /// Print the status counts (and per-type failures, ordering keys blocked by a retry, live
@@ -117,6 +119,10 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                 "queue",
                 "sink",
                 "waiting / in stream",
+                "unacked",
+                "lag",
+                "dead letters",
+                "oldest unfinished",
                 "active",
                 "delayed",
                 "completed",
@@ -130,10 +136,19 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                         .map(|n| n.to_string())
                         .unwrap_or_default()
                 };
+                let stream = |pick: fn(&StreamConsumers) -> Option<String>| {
+                    q.consumers.as_ref().and_then(pick).unwrap_or_default()
+                };
                 t.add_row(vec![
                     Cell::new(&q.queue),
                     Cell::new(q.sink),
                     Cell::new(q.waiting),
+                    Cell::new(stream(|c| c.pending.map(|n| n.to_string()))),
+                    Cell::new(stream(|c| c.lag.map(|n| n.to_string()))),
+                    Cell::new(stream(|c| Some(c.dead_letters.to_string()))),
+                    Cell::new(stream(|c| {
+                        c.oldest_entry_age_seconds.map(|s| format!("{s:.0} s"))
+                    })),
                     Cell::new(bullmq(|c| c.active)),
                     Cell::new(bullmq(|c| c.delayed)),
                     Cell::new(bullmq(|c| c.completed)),
@@ -184,7 +199,7 @@ async fn read_queue_backlogs(config: &Config) -> anyhow::Result<Vec<QueueBacklog
         let client = redis::Client::open(config.settings.redis_url.as_str())?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         let keys = QueueKeys::from_settings(&config.settings);
-        queue_backlogs(&mut conn, &keys, &config.routes, &queues).await
+        queue_backlogs_with_consumers(&mut conn, &keys, &config.routes, &queues).await
     };
     let redis = store::redact(&config.settings.redis_url);
     match tokio::time::timeout(std::time::Duration::from_secs(3), read).await {

@@ -14,7 +14,7 @@ use maud::{html, Markup};
 use super::layout::{self, ago, status_badge, time};
 use super::{Console, ConsoleError, Params, Viewer, REDIS_READ_LIMIT};
 use crate::config::SinkKind;
-use crate::queue::{QueueKeys, CONSUMER_GROUP};
+use crate::queue::QueueKeys;
 use crate::routing::explain_route;
 use crate::store::{self, EventSearch, EVENT_STATUSES};
 use crate::trace::EventTrace;
@@ -135,6 +135,8 @@ struct QueueFigures {
     dead: Option<u64>,
     /// BullMQ: active, delayed, completed, failed.
     bullmq: Option<crate::sink::BullmqCounts>,
+    /// Age of the oldest unfinished entry (streams).
+    oldest_age: Option<f64>,
 }
 
 /// Every queue of the routes in force with what Redis holds for it (read in one pipeline per
@@ -184,50 +186,20 @@ async fn read_queue_figures(
     routes: &crate::config::RoutesFile,
     names: &[String],
 ) -> Result<Vec<QueueFigures>, String> {
-    let backlogs = crate::sink::queue_backlogs(conn, keys, routes, names)
+    let backlogs = crate::sink::queue_backlogs_with_consumers(conn, keys, routes, names)
         .await
         .map_err(|e| format!("Redis: {e}"))?;
-    let mut out = Vec::with_capacity(names.len());
-    for (queue, backlog) in names.iter().zip(backlogs) {
-        let mut figures = QueueFigures {
+    Ok(backlogs
+        .into_iter()
+        .map(|backlog| QueueFigures {
             waiting: backlog.waiting,
             bullmq: backlog.bullmq,
-            ..QueueFigures::default()
-        };
-        if backlog.sink == SinkKind::Streams {
-            let groups: redis::RedisResult<Vec<std::collections::HashMap<String, redis::Value>>> =
-                redis::cmd("XINFO")
-                    .arg("GROUPS")
-                    .arg(keys.stream(queue))
-                    .query_async(conn)
-                    .await;
-            if let Ok(groups) = groups {
-                let ours = groups.iter().find(|g| {
-                    g.get("name")
-                        .and_then(|v| redis::from_redis_value::<String>(v).ok())
-                        .as_deref()
-                        == Some(CONSUMER_GROUP)
-                });
-                if let Some(group) = ours {
-                    let number = |name: &str| {
-                        group
-                            .get(name)
-                            .and_then(|v| redis::from_redis_value::<u64>(v).ok())
-                    };
-                    figures.pending = number("pending");
-                    figures.lag = number("lag");
-                }
-            }
-            let dead: u64 = redis::cmd("XLEN")
-                .arg(keys.dead_letter_stream(queue))
-                .query_async(conn)
-                .await
-                .map_err(|e| format!("Redis: {e}"))?;
-            figures.dead = Some(dead);
-        }
-        out.push(figures);
-    }
-    Ok(out)
+            pending: backlog.consumers.and_then(|c| c.pending),
+            lag: backlog.consumers.and_then(|c| c.lag),
+            dead: backlog.consumers.map(|c| c.dead_letters),
+            oldest_age: backlog.consumers.and_then(|c| c.oldest_entry_age_seconds),
+        })
+        .collect())
 }
 
 fn queue_table(rows: &[QueueRow]) -> Markup {
@@ -237,7 +209,7 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
             p { "No queue is named by the routes in force." }
         } @else {
             table #queues {
-                tr { th { "queue" } th { "sink" } th { "handler" } th { "queue groups" } th.num { "length / waiting" } th.num { "pending (unacked)" } th.num { "consumer lag" } th.num { "dead letters" } th { "BullMQ active / delayed / completed / failed" } }
+                tr { th { "queue" } th { "sink" } th { "handler" } th { "queue groups" } th.num { "length / waiting" } th.num { "pending (unacked)" } th.num { "consumer lag" } th.num { "dead letters" } th.num { "oldest unfinished" } th { "BullMQ active / delayed / completed / failed" } }
                 @for row in rows {
                     tr {
                         td { (row.queue) } td { (row.sink.as_str()) }
@@ -246,9 +218,10 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
                         @match &row.length {
                             Ok(f) => {
                                 td.num { (f.waiting) } td.num { (number(f.pending)) } td.num { (number(f.lag)) } td.num { (number(f.dead)) }
+                                td.num { (f.oldest_age.map(ago).unwrap_or_else(|| "–".into())) }
                                 td { @if let Some(b) = f.bullmq { (b.active) " / " (b.delayed) " / " (b.completed) " / " (b.failed) } @else { "–" } }
                             }
-                            Err(e) => { td.error colspan="5" { (e) } }
+                            Err(e) => { td.error colspan="6" { (e) } }
                         }
                     }
                 }

@@ -108,7 +108,7 @@ impl Sink for QueueSinks {
 }
 
 /// What one queue holds in Redis right now (for `outbox stats`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct QueueBacklog {
     /// The queue.
     pub queue: String,
@@ -121,6 +121,24 @@ pub struct QueueBacklog {
     /// and failed, as `Queue.getJobCounts` counts them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bullmq: Option<BullmqCounts>,
+    /// Streams only: what the receivers' consumer group has not finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<StreamConsumers>,
+}
+
+/// What a stream's consumer group (the host's receivers) has not finished, and its dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct StreamConsumers {
+    /// Entries delivered to a receiver and not acknowledged yet (`None`: no receiver group).
+    pub pending: Option<u64>,
+    /// Entries not delivered to any receiver yet (`None`: no receiver group, or Redis cannot
+    /// tell after a trim).
+    pub lag: Option<u64>,
+    /// Entries in the queue's dead-letter stream.
+    pub dead_letters: u64,
+    /// Age in seconds of the oldest entry not finished: the oldest unacknowledged or
+    /// undelivered one (with no receiver group: the oldest entry). `None`: nothing waits.
+    pub oldest_entry_age_seconds: Option<f64>,
 }
 
 /// A BullMQ queue's job counts.
@@ -178,6 +196,7 @@ pub async fn queue_backlogs(
                 sink: SinkKind::Streams,
                 waiting: next(),
                 bullmq: None,
+                consumers: None,
             },
             SinkKind::Bullmq => QueueBacklog {
                 queue: queue.clone(),
@@ -189,7 +208,109 @@ pub async fn queue_backlogs(
                     completed: next(),
                     failed: next(),
                 }),
+                consumers: None,
             },
         })
         .collect())
+}
+
+/// [`queue_backlogs`], plus each stream queue's consumer figures ([`StreamConsumers`]): a few
+/// more reads per stream queue.
+pub async fn queue_backlogs_with_consumers(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &crate::queue::QueueKeys,
+    routes: &RoutesFile,
+    queues: &[String],
+) -> Result<Vec<QueueBacklog>, redis::RedisError> {
+    let mut backlogs = queue_backlogs(conn, keys, routes, queues).await?;
+    for backlog in &mut backlogs {
+        if backlog.sink == SinkKind::Streams {
+            backlog.consumers = Some(stream_consumers(conn, keys, &backlog.queue).await?);
+        }
+    }
+    Ok(backlogs)
+}
+
+/// The milliseconds part of a stream entry id.
+fn id_millis(id: &str) -> Option<u64> {
+    id.split('-').next()?.parse().ok()
+}
+
+async fn stream_consumers(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &crate::queue::QueueKeys,
+    queue: &str,
+) -> Result<StreamConsumers, redis::RedisError> {
+    let stream = keys.stream(queue);
+    let dead_letters: u64 = redis::cmd("XLEN")
+        .arg(keys.dead_letter_stream(queue))
+        .query_async(conn)
+        .await?;
+    let groups: Vec<std::collections::HashMap<String, redis::Value>> = match redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(&stream)
+        .query_async(conn)
+        .await
+    {
+        Ok(groups) => groups,
+        // No stream yet: nothing waits.
+        Err(e) if e.kind() == redis::ErrorKind::ResponseError => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let group = groups.iter().find(|g| {
+        g.get("name")
+            .and_then(|v| redis::from_redis_value::<String>(v).ok())
+            .as_deref()
+            == Some(crate::queue::CONSUMER_GROUP)
+    });
+    let field = |name: &str| {
+        group
+            .and_then(|g| g.get(name))
+            .and_then(|v| redis::from_redis_value::<u64>(v).ok())
+    };
+    let (pending, lag) = (field("pending"), field("lag"));
+    // The oldest unfinished entry: the oldest unacknowledged one, or the first not delivered
+    // (after the group's last delivered id); with no group, the stream's first entry.
+    let mut oldest: Option<u64> = None;
+    let last_delivered = group
+        .and_then(|g| g.get("last-delivered-id"))
+        .and_then(|v| redis::from_redis_value::<String>(v).ok());
+    if group.is_some() && pending.unwrap_or(0) > 0 {
+        let summary: redis::Value = redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg(crate::queue::CONSUMER_GROUP)
+            .query_async(conn)
+            .await?;
+        if let redis::Value::Array(parts) = summary {
+            if let Some(min) = parts
+                .get(1)
+                .and_then(|v| redis::from_redis_value::<String>(v).ok())
+            {
+                oldest = id_millis(&min);
+            }
+        }
+    }
+    let start = match (&group, &last_delivered) {
+        (Some(_), Some(id)) => format!("({id}"),
+        (Some(_), None) => "-".to_string(),
+        (None, _) => "-".to_string(),
+    };
+    let first: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg(&start)
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(conn)
+        .await?;
+    if let Some(first) = first.ids.first().and_then(|e| id_millis(&e.id)) {
+        oldest = Some(oldest.map_or(first, |o| o.min(first)));
+    }
+    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    Ok(StreamConsumers {
+        pending,
+        lag,
+        dead_letters,
+        oldest_entry_age_seconds: oldest.map(|ms| now_ms.saturating_sub(ms) as f64 / 1000.0),
+    })
 }

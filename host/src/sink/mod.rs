@@ -21,7 +21,10 @@ mod redis_streams;
 mod script;
 
 pub use bullmq::{job_data, BullmqQueueKeys, BullmqSink};
-pub use by_queue::{queue_backlogs, BullmqCounts, QueueBacklog, QueueSinks};
+pub use by_queue::{
+    queue_backlogs, queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, QueueSinks,
+    StreamConsumers,
+};
 pub use redis_streams::RedisSink;
 
 /// A sink failure with context.
