@@ -43,6 +43,7 @@
 //!
 //! ```no_run
 //! use outbox_plugin_sdk::{handler::{self, Delivery, Handler, Outcome}, log, Config};
+//! use outbox_plugin_sdk::serde_json::json;
 //! use serde::Deserialize;
 //!
 //! #[derive(Deserialize)]
@@ -57,7 +58,7 @@
 //!             Err(e) => return Outcome::fail(format!("malformed payload: {e}")),
 //!         };
 //!         log::info!("welcoming {}", signup.email);
-//!         match handler::publish("mail.welcome", &serde_json::json!({ "to": signup.email })) {
+//!         match handler::publish("mail.welcome", &json!({ "to": signup.email })) {
 //!             Ok(_) => Outcome::Ok,
 //!             Err(e) if e.is_denied() => Outcome::fail(e),
 //!             Err(e) => Outcome::retry(e),
