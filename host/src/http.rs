@@ -182,6 +182,26 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Plugin calls cut at their time limit, by plugin.",
     ),
     (
+        "outbox_queue_lag_entries",
+        MetricKind::Gauge,
+        "Entries of each stream queue not delivered to a receiver yet (alerting host only).",
+    ),
+    (
+        "outbox_queue_length",
+        MetricKind::Gauge,
+        "Entries in each queue's stream, or BullMQ jobs waiting (alerting host only).",
+    ),
+    (
+        "outbox_queue_oldest_entry_age_seconds",
+        MetricKind::Gauge,
+        "Age of each stream queue's oldest unfinished entry, 0 when none (alerting host only).",
+    ),
+    (
+        "outbox_queue_unacked_entries",
+        MetricKind::Gauge,
+        "Entries of each stream queue delivered and not acknowledged (alerting host only).",
+    ),
+    (
         "outbox_receipts_written_total",
         MetricKind::Counter,
         "Handler receipts written, by result.",
