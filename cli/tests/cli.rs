@@ -1378,3 +1378,89 @@ async fn cli_publish_warns_when_no_route_matches_and_routes_check_warns_about_un
         "{stderr}"
     );
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_release_gives_back_a_dead_hosts_claims_and_stats_flags_it(pool: PgPool) {
+    let url = pool_url(&pool).await;
+    let out = outbox(&url, &["operator", "add", "ada", "--role", "admin"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let admin = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    sqlx::query(
+        "INSERT INTO outbox_worker (id, host_name, version, last_seen)
+         VALUES ('dead-host', 'h', '0', now() - interval '5 minutes'), ('busy-host', 'h', '0', now())",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status, attempts, claimed_by, claimed_at, claim_expires_at, available_at)
+         SELECT 'mail.welcome', '{}', 'processing', 1, CASE WHEN g <= 3 THEN 'dead-host' ELSE 'busy-host' END,
+                now(), now() + interval '5 minutes', now() + interval '5 minutes'
+         FROM generate_series(1, 5) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    // stats names the stale host and its held claims.
+    let out = outbox_as(&url, &admin, &["stats"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("host dead-host is silent for") && stderr.contains("still holds 3 claims"),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(stale)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // Unknown hosts and live ones are refused; a dead one's claims come back, audited.
+    let out = outbox_as(&url, &admin, &["release", "--worker", "nope"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("no host \"nope\""),
+        "{}",
+        cli_error(&out)
+    );
+    let out = outbox_as(&url, &admin, &["release", "--worker", "busy-host"]);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("may still be working"),
+        "{}",
+        cli_error(&out)
+    );
+    let out = outbox_as(&url, &admin, &["release", "--worker", "dead-host"]);
+    assert!(out.status.success(), "{}", cli_error(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("release: 3 claims of host dead-host"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let states: Vec<(String, i32, Option<String>)> =
+        sqlx::query_as("SELECT status, attempts, claimed_by FROM outbox_event ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        states
+            .iter()
+            .map(|s| (s.0.as_str(), s.1))
+            .collect::<Vec<_>>(),
+        vec![
+            ("pending", 0),
+            ("pending", 0),
+            ("pending", 0),
+            ("processing", 1),
+            ("processing", 1)
+        ]
+    );
+    let audit: (String, String, i64) = sqlx::query_as(
+        "SELECT operator, command, rows_affected FROM outbox_audit ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audit, ("ada".into(), "release".into(), 3));
+}
