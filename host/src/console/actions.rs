@@ -14,7 +14,7 @@ use axum::response::Html;
 use maud::{html, Markup};
 
 use super::layout::{self, status_badge, time};
-use super::{Console, ConsoleError, Params, Viewer};
+use super::{within_limit, Console, ConsoleError, Params, Viewer};
 use crate::receive::DeadLetter;
 use crate::store::{self, RepairAction, RepairPlan, RowFilter};
 
@@ -146,15 +146,28 @@ fn repair_of(form: &Params) -> Result<(RepairAction, RowFilter), ConsoleError> {
     Ok((action, filter))
 }
 
-async fn plan(
-    console: &Console,
+/// A posted repair, checked and planned: the same form plans the same rows at preview and
+/// at confirmation.
+struct Planned {
+    viewer: Viewer,
     action: RepairAction,
-    filter: &RowFilter,
-) -> Result<RepairPlan, ConsoleError> {
-    store::plan_repair(
+    plan: RepairPlan,
+    /// The filter and limit, as the audit trail and the history rows record them.
+    arguments: serde_json::Value,
+}
+
+/// Read the action and rows `form` asks for, check its sender may repair, and plan it.
+async fn planned(
+    console: &Console,
+    headers: &HeaderMap,
+    form: &Params,
+) -> Result<Planned, ConsoleError> {
+    let (action, filter) = repair_of(form)?;
+    let viewer = console.admin_form(headers, form, action.as_str()).await?;
+    let plan = store::plan_repair(
         console.pool(),
         action,
-        filter,
+        &filter,
         Some(REPAIR_LIMIT),
         console.inner.settings.idempotency_ttl,
     )
@@ -162,6 +175,14 @@ async fn plan(
     .map_err(|e| match e {
         store::RepairError::Refused(m) => ConsoleError::BadRequest(m),
         store::RepairError::Store(e) => e.into(),
+    })?;
+    let arguments =
+        serde_json::json!({ "filter": &filter, "limit": REPAIR_LIMIT, "via": "console" });
+    Ok(Planned {
+        viewer,
+        action,
+        plan,
+        arguments,
     })
 }
 
@@ -172,11 +193,12 @@ pub async fn failed_preview(
     RawForm(body): RawForm,
 ) -> Page {
     let form = Params::parse(&body);
-    let (action, filter) = repair_of(&form)?;
-    let viewer = console.admin_form(&headers, &form, action.as_str()).await?;
-    let plan = plan(&console, action, &filter).await?;
-    let arguments =
-        serde_json::json!({ "filter": &filter, "limit": REPAIR_LIMIT, "via": "console" });
+    let Planned {
+        viewer,
+        action,
+        plan,
+        arguments,
+    } = planned(&console, &headers, &form).await?;
     store::record_audit(
         console.pool(),
         &viewer.operator,
@@ -226,11 +248,12 @@ pub async fn failed_apply(
     RawForm(body): RawForm,
 ) -> Page {
     let form = Params::parse(&body);
-    let (action, filter) = repair_of(&form)?;
-    let viewer = console.admin_form(&headers, &form, action.as_str()).await?;
-    let plan = plan(&console, action, &filter).await?;
-    let arguments =
-        serde_json::json!({ "filter": &filter, "limit": REPAIR_LIMIT, "via": "console" });
+    let Planned {
+        viewer,
+        action,
+        plan,
+        arguments,
+    } = planned(&console, &headers, &form).await?;
     let report = store::apply_repair(
         console.pool(),
         &plan,
@@ -288,13 +311,9 @@ async fn list_dead_letters(
         .dead_letter_store()
         .await
         .map_err(ConsoleError::Unavailable)?;
-    tokio::time::timeout(
-        super::REDIS_READ_LIMIT,
-        store.list_newest(queues, DEAD_LETTERS_SHOWN),
-    )
-    .await
-    .map_err(|_| ConsoleError::Unavailable("Redis did not answer in time".into()))?
-    .map_err(|e| ConsoleError::Unavailable(e.to_string()))
+    within_limit(store.list_newest(queues, DEAD_LETTERS_SHOWN))
+        .await
+        .map_err(ConsoleError::Unavailable)
 }
 
 fn letter_key(letter: &DeadLetter) -> String {
@@ -387,10 +406,9 @@ async fn letters_of(
                 "{key:?} names no dead letter (nothing was changed)"
             )));
         };
-        let letter = tokio::time::timeout(super::REDIS_READ_LIMIT, store.find(queue, id))
+        let letter = within_limit(store.find(queue, id))
             .await
-            .map_err(|_| ConsoleError::Unavailable("Redis did not answer in time".into()))?
-            .map_err(|e| ConsoleError::Unavailable(e.to_string()))?;
+            .map_err(ConsoleError::Unavailable)?;
         match letter {
             Some(letter) => found.push(letter),
             None => missing.push(key.to_string()),

@@ -116,7 +116,7 @@ impl Console {
         &self.inner.pool
     }
 
-    /// A Redis connection (made at first use; `None` with the reason when Redis is down).
+    /// A Redis connection (made at first use; the reason when Redis is down).
     async fn redis(&self) -> Result<ConnectionManager, String> {
         let connect = async {
             let client = redis::Client::open(self.inner.settings.redis_url.as_str())
@@ -125,16 +125,9 @@ impl Console {
                 .await
                 .map_err(|e| format!("Redis: {e}"))
         };
-        match tokio::time::timeout(
-            REDIS_READ_LIMIT,
-            self.inner.redis.get_or_try_init(|| connect),
-        )
-        .await
-        {
-            Ok(Ok(conn)) => Ok(conn.clone()),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err("Redis did not answer in time".into()),
-        }
+        within_limit(self.inner.redis.get_or_try_init(|| connect))
+            .await
+            .cloned()
     }
 
     async fn tracer(&self) -> Result<&Tracer, String> {
@@ -146,32 +139,33 @@ impl Console {
             &self.inner.settings,
             live.router.clone(),
         );
-        match tokio::time::timeout(
-            REDIS_READ_LIMIT,
+        within_limit(
             self.inner
                 .tracer
                 .get_or_try_init(|| async { connect.await.map_err(|e| e.to_string()) }),
         )
         .await
-        {
-            Ok(result) => result,
-            Err(_) => Err("Redis did not answer in time".into()),
-        }
     }
 
     async fn dead_letter_store(&self) -> Result<&DeadLetters, String> {
         let connect = DeadLetters::connect(&self.inner.settings);
-        match tokio::time::timeout(
-            REDIS_READ_LIMIT,
+        within_limit(
             self.inner
                 .dead_letters
                 .get_or_try_init(|| async { connect.await.map_err(|e| e.to_string()) }),
         )
         .await
-        {
-            Ok(result) => result,
-            Err(_) => Err("Redis did not answer in time".into()),
-        }
+    }
+}
+
+/// `read`, cut at [`REDIS_READ_LIMIT`]: a page says Redis is unavailable instead of hanging.
+async fn within_limit<T, E: std::fmt::Display>(
+    read: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(REDIS_READ_LIMIT, read).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("Redis did not answer in time".into()),
     }
 }
 

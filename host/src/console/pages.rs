@@ -12,10 +12,11 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use maud::{html, Markup};
 
 use super::layout::{self, ago, status_badge, time};
-use super::{Console, ConsoleError, Params, Viewer, REDIS_READ_LIMIT};
+use super::{within_limit, Console, ConsoleError, Params, Viewer, REDIS_READ_LIMIT};
 use crate::config::SinkKind;
 use crate::queue::QueueKeys;
 use crate::routing::explain_route;
+use crate::sink::QueueBacklog;
 use crate::store::{self, EventSearch, EVENT_STATUSES};
 use crate::trace::EventTrace;
 
@@ -120,42 +121,25 @@ struct QueueRow {
     sink: SinkKind,
     handler: Option<String>,
     groups: Vec<String>,
-    length: Result<QueueFigures, String>,
+    backlog: Result<QueueBacklog, String>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct QueueFigures {
-    /// Stream length, or BullMQ jobs waiting.
-    waiting: u64,
-    /// Entries delivered and not acknowledged (streams).
-    pending: Option<u64>,
-    /// Entries not yet delivered to the consumer group (streams).
-    lag: Option<u64>,
-    /// Dead letters (streams).
-    dead: Option<u64>,
-    /// BullMQ: active, delayed, completed, failed.
-    bullmq: Option<crate::sink::BullmqCounts>,
-    /// Age of the oldest unfinished entry (streams).
-    oldest_age: Option<f64>,
-}
-
-/// Every queue of the routes in force with what Redis holds for it (read in one pipeline per
-/// queue kind, bounded by [`REDIS_READ_LIMIT`]).
+/// Every queue of the routes in force with what Redis holds for it (bounded by
+/// [`REDIS_READ_LIMIT`]).
 async fn queue_rows(console: &Console) -> Vec<QueueRow> {
     let Some(live) = &console.inner.live else {
         return Vec::new();
     };
     let routes = live.routes.load_full();
     let names = routes.queue_names();
-    let figures = match console.redis().await {
+    let backlogs = match console.redis().await {
         Ok(mut conn) => {
             let keys = QueueKeys::from_settings(&console.inner.settings);
-            tokio::time::timeout(
-                REDIS_READ_LIMIT,
-                read_queue_figures(&mut conn, &keys, &routes, &names),
-            )
+            within_limit(crate::sink::queue_backlogs_with_consumers(
+                &mut conn, &keys, &routes, &names,
+            ))
             .await
-            .unwrap_or_else(|_| Err("Redis did not answer in time".into()))
+            .map_err(|e| format!("Redis: {e}"))
         }
         Err(e) => Err(e),
     };
@@ -172,34 +156,12 @@ async fn queue_rows(console: &Console) -> Vec<QueueRow> {
                 .filter(|(_, members)| members.contains(queue))
                 .map(|(g, _)| g.clone())
                 .collect(),
-            length: match &figures {
-                Ok(all) => Ok(all.get(i).copied().unwrap_or_default()),
+            backlog: match &backlogs {
+                Ok(all) => all.get(i).cloned().ok_or_else(|| "not read".to_string()),
                 Err(e) => Err(e.clone()),
             },
         })
         .collect()
-}
-
-async fn read_queue_figures(
-    conn: &mut redis::aio::ConnectionManager,
-    keys: &QueueKeys,
-    routes: &crate::config::RoutesFile,
-    names: &[String],
-) -> Result<Vec<QueueFigures>, String> {
-    let backlogs = crate::sink::queue_backlogs_with_consumers(conn, keys, routes, names)
-        .await
-        .map_err(|e| format!("Redis: {e}"))?;
-    Ok(backlogs
-        .into_iter()
-        .map(|backlog| QueueFigures {
-            waiting: backlog.waiting,
-            bullmq: backlog.bullmq,
-            pending: backlog.consumers.and_then(|c| c.pending),
-            lag: backlog.consumers.and_then(|c| c.lag),
-            dead: backlog.consumers.map(|c| c.dead_letters),
-            oldest_age: backlog.consumers.and_then(|c| c.oldest_entry_age_seconds),
-        })
-        .collect())
 }
 
 fn queue_table(rows: &[QueueRow]) -> Markup {
@@ -215,11 +177,15 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
                         td { (row.queue) } td { (row.sink.as_str()) }
                         td { (row.handler.as_deref().unwrap_or("–")) }
                         td { (if row.groups.is_empty() { "–".to_string() } else { row.groups.join(", ") }) }
-                        @match &row.length {
-                            Ok(f) => {
-                                td.num { (f.waiting) } td.num { (number(f.pending)) } td.num { (number(f.lag)) } td.num { (number(f.dead)) }
-                                td.num { (f.oldest_age.map(ago).unwrap_or_else(|| "–".into())) }
-                                td { @if let Some(b) = f.bullmq { (b.active) " / " (b.delayed) " / " (b.completed) " / " (b.failed) } @else { "–" } }
+                        @match &row.backlog {
+                            Ok(b) => {
+                                @let c = b.consumers;
+                                td.num { (b.waiting) }
+                                td.num { (number(c.and_then(|c| c.pending))) }
+                                td.num { (number(c.and_then(|c| c.lag))) }
+                                td.num { (number(c.map(|c| c.dead_letters))) }
+                                td.num { (c.and_then(|c| c.oldest_entry_age_seconds).map(ago).unwrap_or_else(|| "–".into())) }
+                                td { @if let Some(j) = b.bullmq { (j.active) " / " (j.delayed) " / " (j.completed) " / " (j.failed) } @else { "–" } }
                             }
                             Err(e) => { td.error colspan="6" { (e) } }
                         }
@@ -282,7 +248,7 @@ fn parse_id(field: &str, text: &str) -> Result<i64, ConsoleError> {
 }
 
 /// The search a query string asks for.
-pub(super) fn search_of(params: &Params) -> Result<EventSearch, ConsoleError> {
+fn search_of(params: &Params) -> Result<EventSearch, ConsoleError> {
     Ok(EventSearch {
         id: params.get("id").map(|v| parse_id("id", v)).transpose()?,
         type_prefix: params.get("type").map(str::to_string),
