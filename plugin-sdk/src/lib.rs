@@ -3,7 +3,7 @@
 //!
 //! A plugin is a `cdylib` crate built with `cargo build --release --target wasm32-wasip2`. It
 //! implements one trait and exports it with one macro, which picks the WIT world
-//! (`outbox:plugin@0.1.0`, see `wit/outbox.wit` in this crate):
+//! (`outbox:plugin@0.2.0`, see `wit/outbox.wit` in this crate):
 //!
 //! | world | trait | export macro | may call |
 //! |---|---|---|---|

@@ -201,6 +201,76 @@ async fn capability_kv_keys_per_plugin_stop_at_the_quota_with_a_clear_error(pool
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn capability_kv_increment_and_compare_and_set_are_atomic_bounded_and_counted(pool: PgPool) {
+    let probe = Probe::start(
+        pool,
+        &routes("capability-policy", &[("kvatomic", "kv = true")]),
+    )
+    .await;
+    let (handled, _) = probe
+        .run(
+            "kvatomic",
+            None,
+            json!([
+                // An absent counter counts as 0; the time to live is set when it is created...
+                { "op": "kv-increment", "key": "hits", "delta": 5, "ttl": 600, "expect": { "ok": 1, "returns": "5" } },
+                // ...and kept (not reset, not cleared) by later increments.
+                { "op": "kv-increment", "key": "hits", "delta": -2, "ttl": 5, "expect": { "returns": "3" } },
+                { "op": "kv-get", "key": "hits", "expect": { "returns": "3" } },
+                // A value that is not an integer, and an overflow, fail and change nothing.
+                { "op": "kv-set", "key": "word", "value_bytes": 3 },
+                { "op": "kv-increment", "key": "word", "expect": { "failed": 1, "error_contains": "not a 64-bit integer" } },
+                { "op": "kv-get", "key": "word", "expect": { "returns": "vvv" } },
+                { "op": "kv-increment", "key": "hits", "delta": i64::MAX, "expect": { "failed": 1, "error_contains": "overflows" } },
+                { "op": "kv-get", "key": "hits", "expect": { "returns": "3" } },
+                // compare-and-set: absent expected, absent key -> stored; present now -> refused.
+                { "op": "kv-cas", "key": "lock", "value": "a", "expect": { "returns": "true" } },
+                { "op": "kv-cas", "key": "lock", "value": "b", "expect": { "returns": "false" } },
+                { "op": "kv-cas", "key": "lock", "expected": "z", "value": "b", "expect": { "returns": "false" } },
+                { "op": "kv-get", "key": "lock", "expect": { "returns": "a" } },
+                { "op": "kv-cas", "key": "lock", "expected": "a", "value": "b", "ttl": 600, "expect": { "returns": "true" } },
+                { "op": "kv-get", "key": "lock", "expect": { "returns": "b" } },
+                // Bounds before anything runs.
+                { "op": "kv-increment", "key": "", "expect": { "failed": 1, "error_contains": "kv keys are 1 to 512 bytes" } },
+                { "op": "kv-increment", "key": "t", "ttl": 0, "expect": { "failed": 1, "error_contains": "ttl_seconds must be at least 1" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let mut conn = probe.env.redis.clone();
+    let key = |k: &str| format!("{}outbox:kv:kvatomic:{k}", probe.env.prefix);
+    let ttl: i64 = redis::AsyncCommands::ttl(&mut conn, key("hits"))
+        .await
+        .unwrap();
+    assert!(
+        (500..=600).contains(&ttl),
+        "the creating call's ttl holds: {ttl}"
+    );
+    let ttl: i64 = redis::AsyncCommands::ttl(&mut conn, key("lock"))
+        .await
+        .unwrap();
+    assert!((500..=600).contains(&ttl), "{ttl}");
+
+    // Both count against the key quota like set: at the quota, a new key is refused and an
+    // existing one still changes.
+    let (handled, _) = probe
+        .run(
+            "kvatomic",
+            None,
+            json!([
+                { "op": "kv-set", "key": "fill-{i}", "repeat": 997, "expect": { "ok": 997 } },
+                { "op": "kv-increment", "key": "new-counter", "expect": { "failed": 1, "error_contains": "kv quota of 1000 keys reached" } },
+                { "op": "kv-cas", "key": "new-lock", "value": "x", "expect": { "failed": 1, "error_contains": "kv quota of 1000 keys reached" } },
+                { "op": "kv-increment", "key": "hits", "expect": { "returns": "4" } },
+                { "op": "kv-cas", "key": "lock", "expected": "b", "value": "c", "expect": { "returns": "true" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    probe.stop().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn capability_publish_calls_per_delivery_stop_at_the_budget(pool: PgPool) {
     let probe = Probe::start(
         pool,

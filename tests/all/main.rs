@@ -12,6 +12,7 @@ mod contracts;
 mod dispatch;
 mod failures;
 mod guest_answers;
+mod handler_outcomes;
 mod hook_children;
 mod http;
 mod invoke_jobs;

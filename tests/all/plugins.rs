@@ -425,11 +425,11 @@ async fn plugin_built_against_an_incompatible_wit_version_is_refused() {
     let bytes = std::fs::read(plugin_file("test/future-version")).unwrap();
     let path = plugin_file("test/future-version");
     let err = match compile_bytes(&engine, "future-version", &bytes, &path) {
-        Ok(_) => panic!("a 0.2.0 plugin must be refused"),
+        Ok(_) => panic!("a 0.3.0 plugin must be refused"),
         Err(e) => e.to_string(),
     };
     assert!(
-        err.contains("outbox:plugin@0.2.0") && err.contains("outbox:plugin@0.1.0"),
+        err.contains("outbox:plugin@0.3.0") && err.contains("outbox:plugin@0.2.0"),
         "{err}"
     );
     // A core module (not a component) is refused with a hint, too.

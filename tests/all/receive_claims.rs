@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_host::live_config::{LiveConfig, ReloadOutcome};
-use outbox_host::receive::{HandledAs, HandlerRun, QueueEntry, Receivers, Settled};
+use outbox_host::receive::{HandledAs, HandlerRun, QueueEntry, Receivers, Retry, Settled};
 use outbox_host::NewEvent;
 use outbox_tests::{PluginFixture, TestEnv};
 use redis::AsyncCommands;
@@ -85,6 +85,15 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
+    }
+}
+
+/// The retry a consumer whose claim was taken over tries to schedule.
+fn late_retry() -> Retry {
+    Retry {
+        attempt: 1,
+        delay: Duration::from_secs(1),
+        reason: "late retry".into(),
     }
 }
 
@@ -348,7 +357,7 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
         Settled::LostClaim
     );
     assert_eq!(
-        c1.schedule_retry(QUEUE, &stale, &entry, 1, "late retry".into(), Some(&late))
+        c1.schedule_retry(QUEUE, &stale, &entry, late_retry(), Some(&late))
             .await,
         HandledAs::LostClaim
     );
@@ -385,7 +394,7 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
         Settled::Recorded
     );
     assert_eq!(
-        c1.schedule_retry(QUEUE, &stale, &entry, 1, "late retry".into(), Some(&late))
+        c1.schedule_retry(QUEUE, &stale, &entry, late_retry(), Some(&late))
             .await,
         HandledAs::LostClaim
     );

@@ -2,10 +2,12 @@
 //!
 //! Owns the grant check (policy target: the plugin's key), the key and value limits, the
 //! per-plugin key namespace, the per-plugin key quota (an index of the plugin's keys kept by the
-//! same script that writes a key, so the count and the keys never disagree) and the Redis
-//! commands with their deadline. It never lets a plugin name a Redis key outside its own
-//! namespace, never lets one plugin hold more than [`MAX_KV_KEYS_PER_PLUGIN`] keys, and never
-//! runs a command before the key and value passed their limits and the policy allowed it.
+//! same script that writes a key, so the count and the keys never disagree), the atomic updates
+//! (`increment`, `compare-and-set`: each one script, so two deliveries updating one key at once
+//! never lose an update, unlike a `get` then a `set`) and the Redis commands with their
+//! deadline. It never lets a plugin name a Redis key outside its own namespace, never lets one
+//! plugin hold more than [`MAX_KV_KEYS_PER_PLUGIN`] keys, and never runs a command before the
+//! key and value passed their limits and the policy allowed it.
 
 use std::time::Duration;
 
@@ -60,10 +62,75 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return redis.call('DEL', KEYS[1])
 "#;
 
+/// `INCRBY` under the quota. KEYS: the value key, the plugin's index. ARGV: delta, ttl seconds
+/// (0: none; applied only when the key is created), quota, the plugin's key (index member).
+/// Returns `{'ok', new value}`, `{'quota'}` when creating the key would pass the quota, or
+/// `{'error', message}` when the value is not an integer or the sum overflows (nothing
+/// written in either case).
+const INCREMENT_SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+local existed = redis.call('EXISTS', KEYS[1]) == 1
+if not existed and not redis.call('ZSCORE', KEYS[2], ARGV[4]) then
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
+    return {'quota'}
+  end
+end
+local ok, value = pcall(redis.call, 'INCRBY', KEYS[1], ARGV[1])
+if not ok then
+  return {'error', tostring(value.err or value)}
+end
+if not existed then
+  local ttl = tonumber(ARGV[2])
+  if ttl > 0 then
+    redis.call('EXPIRE', KEYS[1], ttl)
+    redis.call('ZADD', KEYS[2], now_ms + ttl * 1000, ARGV[4])
+  else
+    redis.call('ZADD', KEYS[2], '+inf', ARGV[4])
+  end
+end
+return {'ok', value}
+"#;
+
+/// Compare-and-set under the quota. KEYS: the value key, the plugin's index. ARGV: `1` when a
+/// value is expected (`0`: the key must be absent), the expected value, the new value, ttl
+/// seconds (0: none), quota, the plugin's key (index member). Returns 1 when stored, 0 when the
+/// current value differs (nothing written), -1 when creating the key would pass the quota.
+const COMPARE_AND_SET_SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+local current = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if current ~= ARGV[2] then
+    return 0
+  end
+elseif current then
+  return 0
+end
+if not current and not redis.call('ZSCORE', KEYS[2], ARGV[6]) then
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+    return -1
+  end
+end
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call('SET', KEYS[1], ARGV[3], 'EX', ttl)
+  redis.call('ZADD', KEYS[2], now_ms + ttl * 1000, ARGV[6])
+else
+  redis.call('SET', KEYS[1], ARGV[3])
+  redis.call('ZADD', KEYS[2], '+inf', ARGV[6])
+end
+return 1
+"#;
+
 /// The kv scripts, loaded once per process.
 pub(crate) struct KvScripts {
     set: redis::Script,
     delete: redis::Script,
+    increment: redis::Script,
+    compare_and_set: redis::Script,
 }
 
 impl KvScripts {
@@ -72,6 +139,8 @@ impl KvScripts {
         Self {
             set: redis::Script::new(SET_SCRIPT),
             delete: redis::Script::new(DELETE_SCRIPT),
+            increment: redis::Script::new(INCREMENT_SCRIPT),
+            compare_and_set: redis::Script::new(COMPARE_AND_SET_SCRIPT),
         }
     }
 }
@@ -95,6 +164,11 @@ pub(crate) fn check_value(value: &str, ttl_seconds: Option<u32>) -> Result<(), S
             value.len()
         ));
     }
+    check_ttl(ttl_seconds)
+}
+
+/// A time to live is absent or at least one second.
+pub(crate) fn check_ttl(ttl_seconds: Option<u32>) -> Result<(), String> {
     if ttl_seconds == Some(0) {
         return Err("kv: ttl_seconds must be at least 1".into());
     }
@@ -102,7 +176,7 @@ pub(crate) fn check_value(value: &str, ttl_seconds: Option<u32>) -> Result<(), S
 }
 
 /// The error of a full quota.
-fn quota_reached(plugin: &str) -> String {
+pub(crate) fn quota_reached(plugin: &str) -> String {
     format!(
         "kv quota of {MAX_KV_KEYS_PER_PLUGIN} keys reached for plugin '{plugin}': delete keys or let them expire before adding new ones (overwriting an existing key still works)"
     )
@@ -155,6 +229,92 @@ pub(crate) async fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, Hos
         .arg(key);
     let removed: i64 = run_script(scope, invocation).await?;
     Ok(removed > 0)
+}
+
+/// `kv.increment`: the new value of the counter under `key` (absent counts as 0), the time to
+/// live set only when this call creates it.
+pub(crate) async fn increment(
+    scope: &DeliveryScope,
+    key: &str,
+    delta: i64,
+    ttl_seconds: Option<u32>,
+) -> Result<i64, HostCallError> {
+    check_key(key).map_err(HostCallError::Failed)?;
+    check_ttl(ttl_seconds).map_err(HostCallError::Failed)?;
+    scope.authorize(CAPABILITY, key).await?;
+    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let mut invocation = scope.host.kv_scripts.increment.prepare_invoke();
+    invocation
+        .key(keys.kv(&scope.plugin.name, key))
+        .key(keys.kv_index(&scope.plugin.name))
+        .arg(delta)
+        .arg(ttl_seconds.unwrap_or(0))
+        .arg(MAX_KV_KEYS_PER_PLUGIN)
+        .arg(key);
+    let reply: redis::Value = run_script(scope, invocation).await?;
+    increment_reply(&scope.plugin.name, key, reply).map_err(HostCallError::Failed)
+}
+
+/// What the increment script answered, as the plugin sees it.
+fn increment_reply(plugin: &str, key: &str, reply: redis::Value) -> Result<i64, String> {
+    let parts: Vec<redis::Value> = match reply {
+        redis::Value::Array(parts) => parts,
+        other => return Err(format!("kv: unexpected increment answer {other:?}")),
+    };
+    let status: String = parts
+        .first()
+        .and_then(|v| redis::from_redis_value(v).ok())
+        .unwrap_or_default();
+    match status.as_str() {
+        "ok" => parts
+            .get(1)
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .ok_or_else(|| "kv: increment answered no value".to_string()),
+        "quota" => Err(quota_reached(plugin)),
+        _ => {
+            let detail: String = parts
+                .get(1)
+                .and_then(|v| redis::from_redis_value(v).ok())
+                .unwrap_or_default();
+            Err(format!(
+                "kv: cannot increment {key:?}: its value is not a 64-bit integer or the sum overflows ({detail})"
+            ))
+        }
+    }
+}
+
+/// `kv.compare-and-set`: store `value` under `key` only if the current value is `expected`
+/// (`None`: only if absent); whether it was stored.
+pub(crate) async fn compare_and_set(
+    scope: &DeliveryScope,
+    key: &str,
+    expected: Option<&str>,
+    value: String,
+    ttl_seconds: Option<u32>,
+) -> Result<bool, HostCallError> {
+    check_key(key).map_err(HostCallError::Failed)?;
+    check_value(&value, ttl_seconds).map_err(HostCallError::Failed)?;
+    if let Some(expected) = expected {
+        check_value(expected, None).map_err(HostCallError::Failed)?;
+    }
+    scope.authorize(CAPABILITY, key).await?;
+    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let mut invocation = scope.host.kv_scripts.compare_and_set.prepare_invoke();
+    invocation
+        .key(keys.kv(&scope.plugin.name, key))
+        .key(keys.kv_index(&scope.plugin.name))
+        .arg(if expected.is_some() { "1" } else { "0" })
+        .arg(expected.unwrap_or_default())
+        .arg(value)
+        .arg(ttl_seconds.unwrap_or(0))
+        .arg(MAX_KV_KEYS_PER_PLUGIN)
+        .arg(key);
+    let stored: i64 = run_script(scope, invocation).await?;
+    match stored {
+        1 => Ok(true),
+        0 => Ok(false),
+        _ => Err(HostCallError::Failed(quota_reached(&scope.plugin.name))),
+    }
 }
 
 /// Run one Redis command with the kv deadline.

@@ -224,6 +224,37 @@ impl HandlerServices for ReceiverServices {
         Box::pin(async move { kv::delete(&self.scope, &key).await }.instrument(span))
     }
 
+    fn kv_increment(
+        &mut self,
+        key: String,
+        delta: i64,
+        ttl_seconds: Option<u32>,
+    ) -> BoxFuture<'_, Result<i64, HostCallError>> {
+        let span =
+            tracing::debug_span!(parent: &self.scope.span, "outbox.host.kv", op = "increment");
+        Box::pin(
+            async move { kv::increment(&self.scope, &key, delta, ttl_seconds).await }
+                .instrument(span),
+        )
+    }
+
+    fn kv_compare_and_set(
+        &mut self,
+        key: String,
+        expected: Option<String>,
+        value: String,
+        ttl_seconds: Option<u32>,
+    ) -> BoxFuture<'_, Result<bool, HostCallError>> {
+        let span = tracing::debug_span!(parent: &self.scope.span, "outbox.host.kv", op = "compare-and-set");
+        Box::pin(
+            async move {
+                kv::compare_and_set(&self.scope, &key, expected.as_deref(), value, ttl_seconds)
+                    .await
+            }
+            .instrument(span),
+        )
+    }
+
     fn http_send(
         &mut self,
         request: wit_http::Request,

@@ -1,6 +1,10 @@
 //! Host bindings generated from `plugin-sdk/wit` (the one copy of the contract). The handler
 //! and policy worlds reuse the router world's `types` and `log` so one implementation serves all.
 //!
+//! The previous, frozen version of the contract (`plugin-sdk/wit/0.1`) is bound too, in
+//! [`v0_1`], so that plugins built against it keep loading: its worlds are adapted to the
+//! current types in `plugin::legacy`, and nothing else in the host sees them.
+//!
 //! Imports and exports are generated `async`: the engine runs every call as a future (so a guest
 //! that sleeps or waits on a host call can be cut at its time limit) and the host functions
 //! (`log`, `publish`, `kv`, `http`) are `async fn`s.
@@ -49,9 +53,53 @@ pub(crate) mod policy_world {
     });
 }
 
+/// The bindings of `outbox:plugin@0.1.0`, the previous version of the contract (frozen in
+/// `plugin-sdk/wit/0.1`): only `plugin::legacy` uses them.
+#[allow(missing_docs, dead_code)] // generated from the WIT, whose own comments document it
+pub(crate) mod v0_1 {
+    /// The 0.1 `router` world.
+    pub(crate) mod router_world {
+        wasmtime::component::bindgen!({
+            path: "../plugin-sdk/wit/0.1",
+            world: "router",
+            imports: { default: async },
+            exports: { default: async },
+        });
+    }
+
+    /// The 0.1 `handler` world.
+    pub(crate) mod handler_world {
+        wasmtime::component::bindgen!({
+            path: "../plugin-sdk/wit/0.1",
+            world: "handler",
+            imports: { default: async },
+            exports: { default: async },
+            with: {
+                "outbox:plugin/types": super::router_world::outbox::plugin::types,
+                "outbox:plugin/log": super::router_world::outbox::plugin::log,
+            },
+        });
+    }
+
+    /// The 0.1 `policy` world.
+    pub(crate) mod policy_world {
+        wasmtime::component::bindgen!({
+            path: "../plugin-sdk/wit/0.1",
+            world: "policy",
+            imports: { default: async },
+            exports: { default: async },
+            with: {
+                "outbox:plugin/log": super::router_world::outbox::plugin::log,
+            },
+        });
+    }
+}
+
+/// The delay and reason of an [`Outcome::RetryAfter`].
+pub use handler_world::exports::outbox::plugin::handler_api::DelayedRetry;
 /// A delivery a handler plugin handles: the event, its queue and the attempt.
 pub use handler_world::exports::outbox::plugin::handler_api::Delivery;
-/// What a handler plugin made of a delivery (`ok`, `retry`, `fail`).
+/// What a handler plugin made of a delivery (`ok`, `retry`, `retry-after`, `fail`).
 pub use handler_world::exports::outbox::plugin::handler_api::Outcome;
 /// An outgoing HTTP request a handler asks the host to send (`http.send`).
 pub use handler_world::outbox::plugin::http::Request as HttpRequest;

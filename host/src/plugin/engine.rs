@@ -56,6 +56,7 @@ use super::bindings::{
     handler_world, policy_world, router_world, HostCallError, HttpRequest, HttpResponse,
     WitNewEvent,
 };
+use super::legacy::{self, PreparedV0_1, PREVIOUS_WIT_VERSION};
 pub use super::limits::{
     sanitize_log_message, CallSlots, PluginLimits, DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY,
     MAX_INSTANCES_PER_CALL, MAX_LOG_BYTES_PER_CALL, MAX_LOG_MESSAGES_PER_CALL,
@@ -149,6 +150,21 @@ pub trait HandlerServices: Send {
     ) -> BoxFuture<'_, Result<(), HostCallError>>;
     /// `kv.delete`.
     fn kv_delete(&mut self, key: String) -> BoxFuture<'_, Result<bool, HostCallError>>;
+    /// `kv.increment`.
+    fn kv_increment(
+        &mut self,
+        key: String,
+        delta: i64,
+        ttl_seconds: Option<u32>,
+    ) -> BoxFuture<'_, Result<i64, HostCallError>>;
+    /// `kv.compare-and-set`.
+    fn kv_compare_and_set(
+        &mut self,
+        key: String,
+        expected: Option<String>,
+        value: String,
+        ttl_seconds: Option<u32>,
+    ) -> BoxFuture<'_, Result<bool, HostCallError>>;
     /// `http.send`.
     fn http_send(
         &mut self,
@@ -245,6 +261,32 @@ impl handler_world::outbox::plugin::kv::Host for HostState {
             None => Err(unavailable("kv")),
         }
     }
+    async fn increment(
+        &mut self,
+        key: String,
+        delta: i64,
+        ttl_seconds: Option<u32>,
+    ) -> Result<i64, HostCallError> {
+        match &mut self.services {
+            Some(s) => s.kv_increment(key, delta, ttl_seconds).await,
+            None => Err(unavailable("kv")),
+        }
+    }
+    async fn compare_and_set(
+        &mut self,
+        key: String,
+        expected: Option<String>,
+        value: String,
+        ttl_seconds: Option<u32>,
+    ) -> Result<bool, HostCallError> {
+        match &mut self.services {
+            Some(s) => {
+                s.kv_compare_and_set(key, expected, value, ttl_seconds)
+                    .await
+            }
+            None => Err(unavailable("kv")),
+        }
+    }
 }
 
 impl handler_world::outbox::plugin::http::Host for HostState {
@@ -265,6 +307,8 @@ pub(crate) enum Prepared {
     Handler(handler_world::HandlerPre<HostState>),
     /// A policy.
     Policy(policy_world::PolicyPre<HostState>),
+    /// A plugin of any world built against the previous contract, `outbox:plugin@0.1.x`.
+    V0_1(PreparedV0_1),
 }
 
 impl Prepared {
@@ -274,6 +318,7 @@ impl Prepared {
             Prepared::Router(_) => World::Router,
             Prepared::Handler(_) => World::Handler,
             Prepared::Policy(_) => World::Policy,
+            Prepared::V0_1(pre) => pre.world(),
         }
     }
 
@@ -283,11 +328,21 @@ impl Prepared {
             Prepared::Router(pre) => pre.instance_pre().component(),
             Prepared::Handler(pre) => pre.instance_pre().component(),
             Prepared::Policy(pre) => pre.instance_pre().component(),
+            Prepared::V0_1(pre) => pre.component(),
         }
     }
 }
 
-/// The process's wasmtime engine and one linker per world.
+/// Which version of the contract a component was built against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contract {
+    /// The current one, [`WIT_VERSION`] (any compatible version).
+    Current,
+    /// The previous one, [`PREVIOUS_WIT_VERSION`] (any compatible version).
+    V0_1,
+}
+
+/// The process's wasmtime engine and one linker per world and contract version.
 #[derive(Clone)]
 pub struct PluginEngine {
     engine: Engine,
@@ -296,6 +351,8 @@ pub struct PluginEngine {
     router: Arc<Linker<HostState>>,
     handler: Arc<Linker<HostState>>,
     policy: Arc<Linker<HostState>>,
+    /// Linkers of the previous contract: router, handler, policy.
+    v0_1: Arc<[Linker<HostState>; 3]>,
 }
 
 /// Epoch ticks per second (the wall-clock limit's resolution is one tick).
@@ -335,22 +392,27 @@ impl PluginEngine {
                 }
             })
             .map_err(|e| PluginError::Engine(format!("epoch ticker: {e}")))?;
-        let linker = |add: fn(&mut Linker<HostState>) -> wasmtime::Result<()>| -> Result<Arc<Linker<HostState>>, PluginError> {
+        let linker = |add: &dyn Fn(&mut Linker<HostState>) -> wasmtime::Result<()>| -> Result<Linker<HostState>, PluginError> {
             let mut linker = Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
             add(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
-            Ok(Arc::new(linker))
+            Ok(linker)
         };
         use wasmtime::component::HasSelf;
-        let router = linker(|l| router_world::Router::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
-        let handler = linker(|l| handler_world::Handler::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
-        let policy = linker(|l| policy_world::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
+        let router = linker(&|l| router_world::Router::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
+        let handler =
+            linker(&|l| handler_world::Handler::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
+        let policy = linker(&|l| policy_world::Policy::add_to_linker::<_, HasSelf<_>>(l, |s| s))?;
+        let v0_1 = [World::Router, World::Handler, World::Policy]
+            .map(|world| linker(&|l| legacy::add_to_linker(l, world)));
+        let [r, h, p] = v0_1;
         Ok(Self {
             engine,
             cache,
-            router,
-            handler,
-            policy,
+            router: Arc::new(router),
+            handler: Arc::new(handler),
+            policy: Arc::new(policy),
+            v0_1: Arc::new([r?, h?, p?]),
         })
     }
 
@@ -381,11 +443,14 @@ impl PluginEngine {
         }
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| invalid(format!("not a valid WebAssembly component: {e:#}")))?;
-        let world = self.world_of(&component).map_err(invalid)?;
-        let linker = match world {
-            World::Router => &self.router,
-            World::Handler => &self.handler,
-            World::Policy => &self.policy,
+        let (world, contract) = self.world_of(&component).map_err(invalid)?;
+        let linker = match (contract, world) {
+            (Contract::Current, World::Router) => &*self.router,
+            (Contract::Current, World::Handler) => &*self.handler,
+            (Contract::Current, World::Policy) => &*self.policy,
+            (Contract::V0_1, World::Router) => &self.v0_1[0],
+            (Contract::V0_1, World::Handler) => &self.v0_1[1],
+            (Contract::V0_1, World::Policy) => &self.v0_1[2],
         };
         let pre = linker.instantiate_pre(&component).map_err(|e| {
             invalid(format!(
@@ -394,15 +459,23 @@ impl PluginEngine {
         })?;
         let fit =
             |e: wasmtime::Error| invalid(format!("exports do not match the {world} world: {e:#}"));
-        Ok(match world {
-            World::Router => Prepared::Router(router_world::RouterPre::new(pre).map_err(fit)?),
-            World::Handler => Prepared::Handler(handler_world::HandlerPre::new(pre).map_err(fit)?),
-            World::Policy => Prepared::Policy(policy_world::PolicyPre::new(pre).map_err(fit)?),
+        Ok(match (contract, world) {
+            (Contract::V0_1, world) => Prepared::V0_1(PreparedV0_1::new(world, pre).map_err(fit)?),
+            (Contract::Current, World::Router) => {
+                Prepared::Router(router_world::RouterPre::new(pre).map_err(fit)?)
+            }
+            (Contract::Current, World::Handler) => {
+                Prepared::Handler(handler_world::HandlerPre::new(pre).map_err(fit)?)
+            }
+            (Contract::Current, World::Policy) => {
+                Prepared::Policy(policy_world::PolicyPre::new(pre).map_err(fit)?)
+            }
         })
     }
 
-    /// The world a component exports, refusing an incompatible WIT package version.
-    fn world_of(&self, component: &Component) -> Result<World, String> {
+    /// The world a component exports and the contract version it was built against, refusing
+    /// a WIT package version the host does not bind.
+    fn world_of(&self, component: &Component) -> Result<(World, Contract), String> {
         let ty = component.component_type();
         let mut found = Vec::new();
         for (name, _) in ty.exports(&self.engine) {
@@ -412,19 +485,26 @@ impl PluginEngine {
             let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
             for world in [World::Router, World::Handler, World::Policy] {
                 if iface == world.export() {
-                    if !compatible(version, WIT_VERSION) {
+                    let contract = if compatible(version, WIT_VERSION) {
+                        Contract::Current
+                    } else if compatible(version, PREVIOUS_WIT_VERSION) {
+                        Contract::V0_1
+                    } else {
                         return Err(format!(
-                            "built against outbox:plugin@{version}, but this host implements outbox:plugin@{WIT_VERSION}: rebuild it with a compatible outbox-plugin-sdk"
+                            "built against outbox:plugin@{version}, but this host implements outbox:plugin@{WIT_VERSION} (and still loads plugins built against outbox:plugin@{PREVIOUS_WIT_VERSION}): rebuild it with a compatible outbox-plugin-sdk"
                         ));
-                    }
-                    found.push(world);
+                    };
+                    found.push((world, contract));
                 }
             }
         }
         match found.as_slice() {
-            [world] => Ok(*world),
+            [found] => Ok(*found),
             [] => Err("exports none of outbox:plugin/router-api, handler-api or policy-api: is it built with outbox-plugin-sdk's export_router!/export_handler!/export_policy!?".into()),
-            _ => Err(format!("exports several worlds ({found:?}); a plugin implements exactly one")),
+            _ => Err(format!(
+                "exports several worlds ({:?}); a plugin implements exactly one",
+                found.iter().map(|(world, _)| *world).collect::<Vec<_>>()
+            )),
         }
     }
 
@@ -476,17 +556,27 @@ impl PluginEngine {
     pub(crate) async fn call_router(
         &self,
         of: CallOf<'_>,
-        pre: &router_world::RouterPre<HostState>,
+        prepared: &Prepared,
         config: &str,
         events: &[super::bindings::WitEvent],
     ) -> Result<Vec<super::bindings::WitRouteDecision>, PluginError> {
-        self.run(of, None, async |store: &mut Store<HostState>| {
-            let instance = pre.instantiate_async(&mut *store).await?;
-            instance
-                .outbox_plugin_router_api()
-                .call_route(&mut *store, config, events)
-                .await
-        })
+        self.run(
+            of,
+            None,
+            async |store: &mut Store<HostState>| match prepared {
+                Prepared::Router(pre) => {
+                    let instance = pre.instantiate_async(&mut *store).await?;
+                    instance
+                        .outbox_plugin_router_api()
+                        .call_route(&mut *store, config, events)
+                        .await
+                }
+                Prepared::V0_1(PreparedV0_1::Router(pre)) => {
+                    legacy::route(store, pre, config, events).await
+                }
+                other => Err(not_of_world(other, World::Router)),
+            },
+        )
         .await
     }
 
@@ -495,18 +585,28 @@ impl PluginEngine {
     pub(crate) async fn call_handler(
         &self,
         of: CallOf<'_>,
-        pre: &handler_world::HandlerPre<HostState>,
+        prepared: &Prepared,
         services: Option<Box<dyn HandlerServices>>,
         config: &str,
         delivery: &super::bindings::Delivery,
     ) -> Result<super::bindings::Outcome, PluginError> {
-        self.run(of, services, async |store: &mut Store<HostState>| {
-            let instance = pre.instantiate_async(&mut *store).await?;
-            instance
-                .outbox_plugin_handler_api()
-                .call_handle(&mut *store, config, delivery)
-                .await
-        })
+        self.run(
+            of,
+            services,
+            async |store: &mut Store<HostState>| match prepared {
+                Prepared::Handler(pre) => {
+                    let instance = pre.instantiate_async(&mut *store).await?;
+                    instance
+                        .outbox_plugin_handler_api()
+                        .call_handle(&mut *store, config, delivery)
+                        .await
+                }
+                Prepared::V0_1(PreparedV0_1::Handler(pre)) => {
+                    legacy::handle(store, pre, config, delivery).await
+                }
+                other => Err(not_of_world(other, World::Handler)),
+            },
+        )
         .await
     }
 
@@ -515,17 +615,27 @@ impl PluginEngine {
     pub(crate) async fn call_policy(
         &self,
         of: CallOf<'_>,
-        pre: &policy_world::PolicyPre<HostState>,
+        prepared: &Prepared,
         config: &str,
         request: &super::bindings::CapabilityRequest,
     ) -> Result<super::bindings::Decision, PluginError> {
-        self.run(of, None, async |store: &mut Store<HostState>| {
-            let instance = pre.instantiate_async(&mut *store).await?;
-            instance
-                .outbox_plugin_policy_api()
-                .call_check(&mut *store, config, request)
-                .await
-        })
+        self.run(
+            of,
+            None,
+            async |store: &mut Store<HostState>| match prepared {
+                Prepared::Policy(pre) => {
+                    let instance = pre.instantiate_async(&mut *store).await?;
+                    instance
+                        .outbox_plugin_policy_api()
+                        .call_check(&mut *store, config, request)
+                        .await
+                }
+                Prepared::V0_1(PreparedV0_1::Policy(pre)) => {
+                    legacy::check(store, pre, config, request).await
+                }
+                other => Err(not_of_world(other, World::Policy)),
+            },
+        )
         .await
     }
 
@@ -558,6 +668,9 @@ impl PluginEngine {
                 }
                 Prepared::Policy(pre) => {
                     pre.instantiate_async(&mut store).await.map_err(fail)?;
+                }
+                Prepared::V0_1(pre) => {
+                    pre.instantiate(&mut store).await.map_err(fail)?;
                 }
             }
         }
@@ -640,6 +753,15 @@ impl PluginEngine {
             }
         }
     }
+}
+
+/// The error of a call made on a plugin of another world (the registry checks the world before
+/// calling, so this is a bug if it is ever seen).
+fn not_of_world(prepared: &Prepared, expected: World) -> wasmtime::Error {
+    wasmtime::Error::msg(format!(
+        "called as a {expected} plugin, but it is a {} plugin",
+        prepared.world()
+    ))
 }
 
 /// An instant no call reaches (a timeout too large to add to now).

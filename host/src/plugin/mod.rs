@@ -16,6 +16,7 @@
 pub mod bindings;
 pub mod compile_cache;
 pub mod engine;
+pub mod legacy;
 pub mod limits;
 pub mod registry;
 pub mod reload;
@@ -26,8 +27,9 @@ pub use limits::{bounded_reason, CallSlots, PluginLimits, MAX_REASON_BYTES};
 pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry, StagedPlugins};
 pub use router::PluginRouter;
 
-/// The WIT package version the host implements (`outbox:plugin@0.1.0`).
-pub const WIT_VERSION: &str = "0.1.0";
+/// The WIT package version the host implements (`outbox:plugin@0.2.0`); plugins built against
+/// the previous one ([`legacy::PREVIOUS_WIT_VERSION`]) are loaded too.
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// A plugin could not be loaded or a call failed. Messages name the plugin and say what to fix.
 #[derive(Debug, thiserror::Error)]

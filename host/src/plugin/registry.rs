@@ -24,7 +24,9 @@ use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use super::bindings::{CapabilityRequest, Decision, Delivery, Outcome, WitEvent, WitRouteDecision};
+use super::bindings::{
+    CapabilityRequest, Decision, DelayedRetry, Delivery, Outcome, WitEvent, WitRouteDecision,
+};
 use super::engine::{
     block_on, CallOf, CallSlots, HandlerServices, PluginEngine, PluginLimits, Prepared, SlotWait,
     World,
@@ -158,11 +160,11 @@ impl LoadedPlugin {
     /// Runs WebAssembly and blocks until the call ends or its time limit cuts it: call it from a
     /// blocking thread (see [`block_on`]).
     pub fn call_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
-        let Prepared::Router(pre) = &self.compiled.prepared else {
+        if self.world() != World::Router {
             return Err(self.wrong_world(World::Router));
-        };
+        }
         let started = std::time::Instant::now();
-        let answer = self.run_router(pre, events).and_then(|answer| {
+        let answer = self.run_router(events).and_then(|answer| {
             if answer.len() == events.len() {
                 Ok(answer)
             } else {
@@ -229,16 +231,28 @@ impl LoadedPlugin {
         services: Option<Box<dyn HandlerServices>>,
         delivery: &Delivery,
     ) -> Result<Outcome, PluginError> {
-        let Prepared::Handler(pre) = &self.compiled.prepared else {
+        if self.world() != World::Handler {
             return Err(self.wrong_world(World::Handler));
-        };
+        }
         let started = std::time::Instant::now();
         let outcome = self
             .engine
-            .call_handler(of, pre, services, &self.config_json, delivery)
+            .call_handler(
+                of,
+                &self.compiled.prepared,
+                services,
+                &self.config_json,
+                delivery,
+            )
             .await
             .map(|outcome| match outcome {
                 Outcome::Retry(reason) => Outcome::Retry(super::bounded_reason(&reason)),
+                Outcome::RetryAfter(DelayedRetry { reason, delay_ms }) => {
+                    Outcome::RetryAfter(DelayedRetry {
+                        reason: super::bounded_reason(&reason),
+                        delay_ms,
+                    })
+                }
                 Outcome::Fail(reason) => Outcome::Fail(super::bounded_reason(&reason)),
                 ok => ok,
             });
@@ -261,13 +275,18 @@ impl LoadedPlugin {
         &self,
         request: &CapabilityRequest,
     ) -> Result<Decision, PluginError> {
-        let Prepared::Policy(pre) = &self.compiled.prepared else {
+        if self.world() != World::Policy {
             return Err(self.wrong_world(World::Policy));
-        };
+        }
         let started = std::time::Instant::now();
         let decision = self
             .engine
-            .call_policy(self.call_of(), pre, &self.config_json, request)
+            .call_policy(
+                self.call_of(),
+                &self.compiled.prepared,
+                &self.config_json,
+                request,
+            )
             .await
             .map(|decision| match decision {
                 Decision::Deny(reason) => Decision::Deny(super::bounded_reason(&reason)),
@@ -282,25 +301,23 @@ impl LoadedPlugin {
     /// SDK); any other failure of the empty call is left to the calls that route events. Not a
     /// router: `Ok`. Runs WebAssembly: call it from a blocking thread.
     pub fn check_router_config(&self) -> Result<(), PluginError> {
-        let Prepared::Router(pre) = &self.compiled.prepared else {
+        if self.world() != World::Router {
             return Ok(());
-        };
-        match self.run_router(pre, &[]) {
+        }
+        match self.run_router(&[]) {
             Err(e @ PluginError::Config { .. }) => Err(e),
             _ => Ok(()),
         }
     }
 
     /// One router call on this thread, a refused config reported as [`PluginError::Config`].
-    fn run_router(
-        &self,
-        pre: &super::bindings::router_world::RouterPre<super::engine::HostState>,
-        events: &[WitEvent],
-    ) -> Result<Vec<WitRouteDecision>, PluginError> {
-        block_on(
-            self.engine
-                .call_router(self.call_of(), pre, &self.config_json, events),
-        )
+    fn run_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
+        block_on(self.engine.call_router(
+            self.call_of(),
+            &self.compiled.prepared,
+            &self.config_json,
+            events,
+        ))
         .and_then(|answer| answer)
         .map_err(|e| self.explain_config_refusal(e))
     }
@@ -404,6 +421,16 @@ impl PluginRegistry {
     /// The plugin directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Make `plugin` serve under its name, replacing any version of that name: for offline
+    /// tools that load a plugin or two by hand (`outbox plugins call` loads the capability
+    /// policy this way) instead of from a routes file. A host applies routes files instead
+    /// ([`apply_config`](Self::apply_config)), which check every binding.
+    pub fn serve_standalone(&self, plugin: LoadedPlugin) {
+        let mut next = BTreeMap::clone(&self.plugins.load());
+        next.insert(plugin.name.to_string(), Arc::new(plugin));
+        self.plugins.store(Arc::new(next));
     }
 
     /// The serving version of `name`.

@@ -8,8 +8,10 @@
 //! services, and calling the plugin off the async executor. It never touches the entry's Redis
 //! state: the caller records the outcome.
 
+use std::time::Duration;
+
 use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
-    Delivery, Outcome,
+    DelayedRetry, Delivery, Outcome,
 };
 use crate::plugin::bindings::WitEvent;
 use crate::plugin::{PluginError, World};
@@ -25,13 +27,44 @@ const HOOK_PREFIX: &str = "plugin.hook.";
 /// [`crate::capability::publish::child_dispatch_key`]: `child:<parent id>:<handler>:<index>`).
 const CHILD_KEY_PREFIX: &str = "child:";
 
+/// The longest delay a handler may ask for with `retry-after`; a longer one is cut to it (and
+/// the cut logged).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 /// Why a handler did not finish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum HandlerFailure {
-    /// Try again later (after the handler backoff), up to `OUTBOX_HANDLER_MAX_RETRIES`.
-    Retry(String),
+    /// Try again later, up to `OUTBOX_HANDLER_MAX_RETRIES`: after `after` when the handler chose
+    /// the delay (`retry-after`, at most [`MAX_RETRY_AFTER`]), else after the handler backoff.
+    /// A trap, a panic, a time or memory limit and a plugin not loaded are retries too.
+    Retry {
+        /// Why, as recorded in the receipt and the log.
+        reason: String,
+        /// The handler's own delay, if it gave one.
+        after: Option<Duration>,
+    },
     /// Give up now: dead-letter the entry.
     Fail(String),
+}
+
+impl HandlerFailure {
+    /// A retry after the handler backoff.
+    fn retry(reason: String) -> Self {
+        HandlerFailure::Retry {
+            reason,
+            after: None,
+        }
+    }
+}
+
+/// A handler's `retry-after` delay as the host keeps it: at most [`MAX_RETRY_AFTER`].
+fn retry_after_delay(queue: &str, event_id: i64, delay_ms: u64) -> Duration {
+    let asked = Duration::from_millis(delay_ms);
+    if asked > MAX_RETRY_AFTER {
+        tracing::warn!(%queue, event_id, asked = ?asked, used = ?MAX_RETRY_AFTER, "handler asked for a retry later than the longest delay allowed; using the longest");
+        return MAX_RETRY_AFTER;
+    }
+    asked
 }
 
 /// A queue entry as the event a handler plugin receives.
@@ -99,7 +132,7 @@ impl Receivers {
         }
         let Some(plugin) = self.live.registry.get(&plugin_name) else {
             return (
-                Err(HandlerFailure::Retry(format!(
+                Err(HandlerFailure::retry(format!(
                     "handler plugin {plugin_name} is not loaded"
                 ))),
                 vec![],
@@ -123,12 +156,21 @@ impl Receivers {
             .handle_queued(Some(Box::new(services)), &delivery)
             .await;
         let published = published.lock().map(|p| p.clone()).unwrap_or_default();
+        let event_id = delivery.event.id;
         let outcome = match called {
             Ok(Outcome::Ok) => Ok(()),
-            Ok(Outcome::Retry(reason)) => Err(HandlerFailure::Retry(reason)),
+            Ok(Outcome::Retry(reason)) => Err(HandlerFailure::retry(reason)),
+            Ok(Outcome::RetryAfter(DelayedRetry { reason, delay_ms })) => {
+                Err(HandlerFailure::Retry {
+                    reason,
+                    after: Some(retry_after_delay(queue, event_id, delay_ms)),
+                })
+            }
             Ok(Outcome::Fail(reason)) => Err(HandlerFailure::Fail(reason)),
             Err(e @ PluginError::WrongWorld { .. }) => Err(HandlerFailure::Fail(e.to_string())),
-            Err(e) => Err(HandlerFailure::Retry(e.to_string())),
+            // A trap, a panic, a limit: the call failed, the event did not; retried like any
+            // failure, up to the configured retries.
+            Err(e) => Err(HandlerFailure::retry(e.to_string())),
         };
         (outcome, published, receipt)
     }

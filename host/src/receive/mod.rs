@@ -51,7 +51,7 @@ pub use outcomes::RESULT_SKIPPED_VERSION;
 
 pub use crate::queue::QueueEntry;
 pub use dead_letter::{DeadLetter, DeadLetters};
-pub use outcomes::{Claim, Settled};
+pub use outcomes::{Claim, Retry, Settled};
 pub use receipts::{write_receipts, HandlerRun, Receipt, RECEIPT_BATCH};
 
 use invoke::HandlerFailure;
@@ -83,8 +83,14 @@ fn ctx<T>(r: redis::RedisResult<T>, context: impl FnOnce() -> String) -> Result<
 pub enum HandledAs {
     /// The handler finished; the entry is acknowledged.
     Ok,
-    /// A retry is scheduled.
-    Retry(String),
+    /// A retry is scheduled, due after `after` (the handler backoff, or the handler's own
+    /// `retry-after` delay).
+    Retry {
+        /// Why, as the handler or the host said.
+        reason: String,
+        /// When the entry comes back, from now.
+        after: std::time::Duration,
+    },
     /// The entry went to the dead-letter stream.
     Dead(String),
     /// The handler does not support the event's version (`supported_versions` of its
@@ -468,7 +474,9 @@ impl Receivers {
                 self.dead_letter(queue, &handler, Some(&claim), &entry, reason, Some(&run))
                     .await
             }
-            Err(HandlerFailure::Retry(reason)) if attempt > self.settings.handler_max_retries => {
+            Err(HandlerFailure::Retry { reason, .. })
+                if attempt > self.settings.handler_max_retries =>
+            {
                 self.dead_letter(
                     queue,
                     &handler,
@@ -479,8 +487,13 @@ impl Receivers {
                 )
                 .await
             }
-            Err(HandlerFailure::Retry(reason)) => {
-                self.schedule_retry(queue, &claim, &entry, attempt, reason, Some(&run))
+            Err(HandlerFailure::Retry { reason, after }) => {
+                let retry = Retry {
+                    attempt,
+                    delay: after.unwrap_or_else(|| self.settings.handler_backoff_after(attempt)),
+                    reason,
+                };
+                self.schedule_retry(queue, &claim, &entry, retry, Some(&run))
                     .await
             }
         };
@@ -507,7 +520,7 @@ impl Receivers {
 fn handled_label(h: &HandledAs) -> &'static str {
     match h {
         HandledAs::Ok => "ok",
-        HandledAs::Retry(_) => "retry",
+        HandledAs::Retry { .. } => "retry",
         HandledAs::Dead(_) => "dead",
         HandledAs::SkippedVersion => outcomes::RESULT_SKIPPED_VERSION,
         HandledAs::Duplicate => "duplicate",

@@ -180,15 +180,12 @@ impl Receivers {
         let mut next = Some((first, ahead));
         while let Some(((entry, guard), ahead)) = next.take() {
             let event_id = entry.event_id();
-            let attempt = entry.handler_attempt();
             let handled = self.handle_claimed_entry(queue, entry, ahead).await;
             drop(guard);
             let retry = match (&handled, event_id) {
-                (HandledAs::Retry(_), Some(event_id)) => Some((
+                (HandledAs::Retry { after, .. }, Some(event_id)) => Some((
                     event_id,
-                    Instant::now()
-                        + self.settings.handler_backoff_after(attempt)
-                        + self.settings.receiver_lease * 2,
+                    Instant::now() + *after + self.settings.receiver_lease * 2,
                 )),
                 _ => None,
             };

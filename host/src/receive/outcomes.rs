@@ -541,19 +541,22 @@ impl Receivers {
             .await
     }
 
-    /// Schedule `entry`'s next delivery after the handler backoff of failed `attempt`, clearing
-    /// `claim`'s marker, appending `run`'s `retry` receipt and acknowledging the entry in one
-    /// step; unless the claim was lost ([`HandledAs::LostClaim`]: nothing changed).
+    /// Schedule `entry`'s next delivery `retry.delay` from now, clearing `claim`'s marker,
+    /// appending `run`'s `retry` receipt and acknowledging the entry in one step; unless the
+    /// claim was lost ([`HandledAs::LostClaim`]: nothing changed).
     pub async fn schedule_retry(
         &self,
         queue: &str,
         claim: &Claim,
         entry: &QueueEntry,
-        attempt: u32,
-        reason: String,
+        retry: Retry,
         run: Option<&HandlerRun>,
     ) -> HandledAs {
-        let delay = self.settings.handler_backoff_after(attempt);
+        let Retry {
+            attempt,
+            delay,
+            reason,
+        } = retry;
         let due = chrono::Utc::now().timestamp_millis() + delay.as_millis() as i64;
         let member = entry.retry_fields(attempt, &reason);
         let json = serde_json::to_string(&member).unwrap_or_default();
@@ -579,7 +582,10 @@ impl Receivers {
             }
         }
         tracing::warn!(%queue, event_id = claim.event_id, handler = %claim.handler, attempt, retry_in = ?delay, %reason, "handler asked for a retry");
-        HandledAs::Retry(reason)
+        HandledAs::Retry {
+            reason,
+            after: delay,
+        }
     }
 
     /// Move `entry` to `queue`'s dead-letter stream with `reason`, clearing `claim`'s marker,
@@ -634,6 +640,19 @@ impl Receivers {
     fn lease_ms(&self) -> u64 {
         self.settings.receiver_lease.as_millis() as u64
     }
+}
+
+/// A handler retry to schedule ([`Receivers::schedule_retry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// The attempt that failed (1 for the first delivery).
+    pub attempt: u32,
+    /// How long until the next delivery: the handler backoff of `attempt`
+    /// ([`Settings::handler_backoff_after`](crate::config::Settings::handler_backoff_after)), or
+    /// the handler's own `retry-after` delay.
+    pub delay: std::time::Duration,
+    /// Why, as recorded in the receipt and the log.
+    pub reason: String,
 }
 
 /// The most successes one [`FinishBatches`] step records: one script call, during which Redis

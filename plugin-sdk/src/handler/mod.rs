@@ -10,8 +10,10 @@ pub mod kv;
 
 use serde::Serialize;
 
+use std::time::Duration;
+
 use crate::bindings::handler::exports::outbox::plugin::handler_api::{
-    Delivery as WitDelivery, Guest, Outcome as WitOutcome,
+    DelayedRetry, Delivery as WitDelivery, Guest, Outcome as WitOutcome,
 };
 use crate::bindings::handler::outbox::plugin::publish as wit_publish;
 use crate::{Config, Event, HostError};
@@ -28,12 +30,25 @@ pub struct Delivery {
 }
 
 /// What became of one delivery.
+///
+/// A retry of either kind counts as an attempt: after `OUTBOX_HANDLER_MAX_RETRIES` retries the
+/// entry goes to the dead-letter stream. A trap or a panic of the handler, or a call cut at its
+/// time or memory limit, is retried the same way (with the configured backoff).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Done; the entry is acknowledged.
     Ok,
-    /// Try again later (with backoff); the reason is recorded.
+    /// Try again later (after the host's handler backoff); the reason is recorded.
     Retry(String),
+    /// Try again after `delay` instead of the backoff: a rate-limited API's `Retry-After`, a
+    /// resource that is not ready yet. The host caps the delay at 24 hours. Build it with
+    /// [`Outcome::retry_after`].
+    RetryAfter {
+        /// Why; recorded like a [`Outcome::Retry`] reason.
+        reason: String,
+        /// How long until the next delivery (millisecond precision).
+        delay: Duration,
+    },
     /// Give up now: the entry goes to the dead-letter stream with this reason.
     Fail(String),
 }
@@ -42,6 +57,35 @@ impl Outcome {
     /// [`Outcome::Retry`] with any displayable reason.
     pub fn retry(reason: impl std::fmt::Display) -> Self {
         Self::Retry(reason.to_string())
+    }
+
+    /// [`Outcome::RetryAfter`]: try again after `delay`, with any displayable reason.
+    ///
+    /// ```no_run
+    /// use outbox_plugin_sdk::handler::{http, Outcome};
+    /// use std::time::Duration;
+    ///
+    /// # fn call() -> Result<(), outbox_plugin_sdk::HostError> {
+    /// let response = http::send(http::Request::get("https://api.example.com/quota"))?;
+    /// # let _ = handle(response);
+    /// # Ok(())
+    /// # }
+    /// fn handle(response: http::Response) -> Outcome {
+    ///     if response.status == 429 {
+    ///         let seconds = response
+    ///             .header("retry-after")
+    ///             .and_then(|s| s.parse().ok())
+    ///             .unwrap_or(30);
+    ///         return Outcome::retry_after("rate limited by the API", Duration::from_secs(seconds));
+    ///     }
+    ///     Outcome::Ok
+    /// }
+    /// ```
+    pub fn retry_after(reason: impl std::fmt::Display, delay: Duration) -> Self {
+        Self::RetryAfter {
+            reason: reason.to_string(),
+            delay,
+        }
     }
 
     /// [`Outcome::Fail`] with any displayable reason.
@@ -74,6 +118,10 @@ impl<H: Handler> Guest for HandlerExport<H> {
         match H::handle(&Config::new(config), delivery) {
             Outcome::Ok => WitOutcome::Ok,
             Outcome::Retry(reason) => WitOutcome::Retry(reason),
+            Outcome::RetryAfter { reason, delay } => WitOutcome::RetryAfter(DelayedRetry {
+                reason,
+                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            }),
             Outcome::Fail(reason) => WitOutcome::Fail(reason),
         }
     }

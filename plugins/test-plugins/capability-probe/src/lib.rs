@@ -12,6 +12,8 @@
 //!   { "op": "kv-set", "key": "k-{i}", "value_bytes": 10, "ttl": 60, "repeat": 1001,
 //!     "expect": { "ok": 1000, "failed": 1, "error_contains": "kv quota of 1000 keys reached" } },
 //!   { "op": "kv-get", "key": "k-{i}" }, { "op": "kv-delete", "key": "k-{i}" },
+//!   { "op": "kv-increment", "key": "n", "delta": 5, "ttl": 60, "expect": { "returns": "5" } },
+//!   { "op": "kv-cas", "key": "n", "expected": "5", "value": "6", "expect": { "returns": "true" } },
 //!   { "op": "http", "method": "POST", "url": "http://127.0.0.1:9/x", "body": "hi",
 //!     "expect": { "ok": 1, "status": 200 } }
 //! ] }
@@ -20,8 +22,10 @@
 //! `{i}` in `event_type`, `key` and `url` is replaced by the repetition's index (0-based). Each
 //! step counts its calls that were allowed and worked (`ok`), were denied by the policy
 //! (`denied`) or failed (`failed`); `expect` names the counts it wants (unnamed ones are not
-//! checked), `error_contains` a text the first denial or failure must contain, and `status` the
-//! HTTP status of the last successful call. Returns `ok` when every expectation holds, otherwise
+//! checked), `error_contains` a text the first denial or failure must contain, `status` the
+//! HTTP status of the last successful call, and `returns` what the last successful call
+//! returned, as text (`kv-get`: the value or `none`; `kv-increment`: the new value;
+//! `kv-delete`, `kv-cas`: `true` or `false`). `kv-cas` without `expected` expects the key absent. Returns `ok` when every expectation holds, otherwise
 //! fails with the first step that did not behave as expected. Config: none.
 
 use outbox_plugin_sdk::handler::http::{self, Request};
@@ -37,6 +41,7 @@ struct Tally {
     failed: u64,
     first_error: Option<String>,
     last_status: Option<u16>,
+    last_return: Option<String>,
 }
 
 impl Tally {
@@ -99,10 +104,30 @@ fn run(step: &Value) -> Result<Tally, String> {
                 tally.record(kv::set(&text("key", i), &"v".repeat(size), ttl));
             }
             "kv-get" => {
-                tally.record(kv::get(&text("key", i)));
+                if let Some(value) = tally.record(kv::get(&text("key", i))) {
+                    tally.last_return = Some(value.unwrap_or_else(|| "none".into()));
+                }
             }
             "kv-delete" => {
-                tally.record(kv::delete(&text("key", i)));
+                if let Some(existed) = tally.record(kv::delete(&text("key", i))) {
+                    tally.last_return = Some(existed.to_string());
+                }
+            }
+            "kv-increment" => {
+                let delta = step["delta"].as_i64().unwrap_or(1);
+                let ttl = step["ttl"].as_u64().map(|t| t as u32);
+                if let Some(value) = tally.record(kv::increment(&text("key", i), delta, ttl)) {
+                    tally.last_return = Some(value.to_string());
+                }
+            }
+            "kv-cas" => {
+                let expected = step["expected"].as_str();
+                let value = text("value", i);
+                let ttl = step["ttl"].as_u64().map(|t| t as u32);
+                let stored = kv::compare_and_set(&text("key", i), expected, &value, ttl);
+                if let Some(stored) = tally.record(stored) {
+                    tally.last_return = Some(stored.to_string());
+                }
             }
             "http" => {
                 let method = step["method"].as_str().unwrap_or("GET");
@@ -143,6 +168,15 @@ fn check(step: &Value, tally: &Tally) -> Result<(), String> {
         {
             return Err(format!(
                 "expected an error containing {want:?}; {}",
+                tally.summary()
+            ));
+        }
+    }
+    if let Some(want) = expect["returns"].as_str() {
+        if tally.last_return.as_deref() != Some(want) {
+            return Err(format!(
+                "expected the last call to return {want:?}, got {:?}; {}",
+                tally.last_return,
                 tally.summary()
             ));
         }

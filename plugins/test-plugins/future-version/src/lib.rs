@@ -1,4 +1,4 @@
-//! TEST ONLY: a router built against `outbox:plugin@0.2.0` (a version this host does not
+//! TEST ONLY: a router built against `outbox:plugin@0.3.0` (a version this host does not
 //! implement), written with plain wit-bindgen. The host must refuse it, naming both versions.
 
 // The generated bindings carry no docs of their own.
