@@ -183,12 +183,15 @@ enum PluginsCommand {
         /// The plugin file.
         file: PathBuf,
     },
-    /// Run a plugin once without a database or Redis and show its answer and cost.
+    /// Run a plugin once without a database, Redis or network and show its answer and cost.
     ///
     /// Routers take --events; handlers take one event with --event; policies take one
     /// capability request with --event. JSON arguments may also be `@FILE` or `-` (stdin).
     /// A plugin declared under [plugins] in the config runs with its declared limits
-    /// (timeout_ms, memory_mb, fuel), others with the defaults.
+    /// (timeout_ms, memory_mb, fuel) and grants, others with the defaults and no grants. A
+    /// handler's host calls are checked by the capability policy of the config, then served
+    /// offline: kv from memory (--kv seeds it), publish shown as "would publish" with the
+    /// child's dispatch key, http answered from --http-fixtures or refused.
     #[command(group(ArgGroup::new("input").required(true).args(["events", "event"])))]
     Call {
         /// The plugin file.
@@ -210,6 +213,22 @@ enum PluginsCommand {
         /// Queue of the delivery (handlers).
         #[arg(long, default_value = "outbox.test")]
         queue: String,
+        /// Attempt of the delivery (handlers; 1 on first delivery).
+        #[arg(long, default_value_t = 1)]
+        attempt: u32,
+        /// Handlers: a JSON file seeding the in-memory kv store, e.g. '{"count": "41"}' (string
+        /// or integer values). Without it the store starts empty.
+        #[arg(long, value_name = "FILE")]
+        kv: Option<PathBuf>,
+        /// Handlers: a JSON file of canned HTTP answers, e.g. '[{"method": "POST", "url":
+        /// "https://executor.internal/run", "status": 202, "body": {"ok": true}}]'. A request no
+        /// fixture answers fails with a clear message; nothing is ever sent.
+        #[arg(long, value_name = "FILE")]
+        http_fixtures: Option<PathBuf>,
+        /// Handlers: the grants to run with, as JSON ('{"kv": true, "publish": ["mail."]}'),
+        /// instead of `[plugins.NAME].grants` of the routes file.
+        #[arg(long, value_name = "JSON")]
+        grants: Option<String>,
     },
     /// Scaffold a plugin crate from the SDK template into DIR/NAME.
     New {
@@ -891,6 +910,10 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
             event,
             plugin_config,
             queue,
+            attempt,
+            kv,
+            http_fixtures,
+            grants,
         } => {
             if let Some(p) = config_path.as_ref().and_then(|p| p.to_str()) {
                 if p.trim_start().starts_with(['{', '[']) {
@@ -903,6 +926,10 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
                 event: event.as_deref().map(read_payload_arg).transpose()?,
                 config: plugin_config.as_deref().map(read_payload_arg).transpose()?,
                 queue,
+                attempt,
+                kv_seed: kv,
+                http_fixtures,
+                grants: grants.as_deref().map(read_payload_arg).transpose()?,
             };
             out!(
                 "{}",

@@ -10,6 +10,7 @@ use sqlx::PgPool;
 
 mod cli {
     mod otlp;
+    mod plugins_call;
 }
 
 fn database_url(db: &str) -> String {

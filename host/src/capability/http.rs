@@ -451,6 +451,30 @@ pub(crate) fn parse_url(raw: &str) -> Result<(reqwest::Url, String), String> {
     Ok((url, target))
 }
 
+/// The headers a plugin gives a request, checked: valid names and values, none of those the
+/// host sets (`host`, the signing headers).
+pub(crate) fn request_headers(
+    given: &[(String, String)],
+) -> Result<reqwest::header::HeaderMap, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in given {
+        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("http: invalid header name {name:?}"))?;
+        if header == reqwest::header::HOST
+            || header == TIMESTAMP_HEADER
+            || header == SIGNATURE_HEADER
+        {
+            return Err(format!(
+                "http: header {name} is set by the host, not the plugin"
+            ));
+        }
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|_| format!("http: invalid value for header {name}"))?;
+        headers.append(header, value);
+    }
+    Ok(headers)
+}
+
 /// `http.send`: check the grant for the URL's host, the egress rules, build the request (signed
 /// when the grants name a secret), send it and read the response within the limits.
 pub(crate) async fn send(
@@ -463,22 +487,7 @@ pub(crate) async fn send(
     let destination = check_destination(&url, grants).map_err(HostCallError::Failed)?;
     let method = reqwest::Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| HostCallError::Failed(format!("http: invalid method {:?}", request.method)))?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    for (name, value) in &request.headers {
-        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| HostCallError::Failed(format!("http: invalid header name {name:?}")))?;
-        if header == reqwest::header::HOST
-            || header == TIMESTAMP_HEADER
-            || header == SIGNATURE_HEADER
-        {
-            return Err(HostCallError::Failed(format!(
-                "http: header {name} is set by the host, not the plugin"
-            )));
-        }
-        let value = reqwest::header::HeaderValue::from_str(value)
-            .map_err(|_| HostCallError::Failed(format!("http: invalid value for header {name}")))?;
-        headers.append(header, value);
-    }
+    let mut headers = request_headers(&request.headers).map_err(HostCallError::Failed)?;
     let body = request.body.unwrap_or_default();
     if let Some(secret) = signing_secret(scope)? {
         check_signing_scheme(&url, grants, &scope.plugin.name).map_err(HostCallError::Failed)?;

@@ -7,6 +7,8 @@
 //! - [`publish`], [`kv`], [`http`]: one host service each, with its grant check (the policy
 //!   target it asks about), its limits (the `MAX_*` constants) and its implementation;
 //! - [`signing`]: the signature scheme of outbound HTTP;
+//! - [`offline`]: the same services for `outbox plugins call`, served from memory (kv),
+//!   recorded (publish) and answered by fixtures (http), after the same checks and policy;
 //! - the per-process `HandlerHost` (what every delivery shares: policy, database pool, Redis,
 //!   key prefix, HTTP clients, payload limit, denial-event limiter, kv scripts) and the
 //!   per-delivery `ReceiverServices`, the receiver's implementation of [`HandlerServices`], a
@@ -41,6 +43,7 @@ use crate::plugin::LoadedPlugin;
 
 pub mod http;
 pub mod kv;
+pub mod offline;
 pub mod policy;
 pub mod publish;
 pub mod signing;

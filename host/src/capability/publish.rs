@@ -72,6 +72,28 @@ impl From<WitEvent> for ParentEvent {
     }
 }
 
+/// Who decides whether a host call of one delivery may happen: the receiver's
+/// [`DeliveryScope`] (the policy, and the denial's audit event) or the offline host's services
+/// (the policy, and the denial recorded).
+pub(crate) trait AskPolicy: Sync {
+    /// `Ok` when `capability` on `target` is allowed, else the denial (or a malformed request).
+    fn ask(
+        &self,
+        capability: &'static str,
+        target: &str,
+    ) -> impl std::future::Future<Output = Result<(), HostCallError>> + Send;
+}
+
+impl AskPolicy for DeliveryScope {
+    fn ask(
+        &self,
+        capability: &'static str,
+        target: &str,
+    ) -> impl std::future::Future<Output = Result<(), HostCallError>> + Send {
+        self.authorize(capability, target)
+    }
+}
+
 /// The children one delivery has published so far: the call index (each call, whatever its
 /// outcome, takes the next one) and the ids.
 #[derive(Default)]
@@ -81,6 +103,11 @@ pub(crate) struct Children {
 }
 
 impl Children {
+    /// Publish calls made so far (each took an index, whatever its outcome).
+    pub(crate) fn calls_made(&self) -> u32 {
+        self.next_index
+    }
+
     /// The ids published (children, in call order; existing ids on redelivery), shared.
     pub(crate) fn published_ids_handle(&self) -> Arc<Mutex<Vec<i64>>> {
         self.published.clone()
@@ -93,17 +120,46 @@ impl Children {
         scope: &DeliveryScope,
         event: wit_publish::NewEvent,
     ) -> Result<i64, HostCallError> {
+        let child = self
+            .prepare(
+                &scope.parent,
+                &scope.handler,
+                scope.host.max_payload_bytes,
+                event,
+                scope,
+            )
+            .await?;
+        let id = insert(scope, child).await.map_err(HostCallError::Failed)?;
+        if let Ok(mut ids) = self.published.lock() {
+            ids.push(id);
+        }
+        Ok(id)
+    }
+
+    /// Everything `publish.send` does before the insert: take the call's index (every call,
+    /// whatever its outcome, takes one), check the budget, the type and the tenant, ask
+    /// `policy` about the type and, for another tenant, about that tenant, then
+    /// build the child of `parent` published by `handler` (its dispatch key, inherited headers
+    /// and tenant) and validate it against `max_payload_bytes`. The offline host
+    /// ([`super::offline`]) builds its children with it too.
+    pub(crate) async fn prepare(
+        &mut self,
+        parent: &ParentEvent,
+        handler: &str,
+        max_payload_bytes: usize,
+        event: wit_publish::NewEvent,
+        policy: &impl AskPolicy,
+    ) -> Result<NewEvent, HostCallError> {
         // Index every call, whatever its outcome, so call i of a redelivery gets key i again.
         let index = self.next_index;
         self.next_index = self.next_index.saturating_add(1);
         check_budget(index).map_err(HostCallError::Failed)?;
         validate_event_type(&event.event_type).map_err(|e| HostCallError::Failed(e.to_string()))?;
-        let parent = &scope.parent;
         let tenant = child_tenant(parent.tenant_id.as_deref(), event.tenant_id.as_deref())
             .map_err(HostCallError::Failed)?;
-        scope.authorize(CAPABILITY, &event.event_type).await?;
+        policy.ask(CAPABILITY, &event.event_type).await?;
         if let TenantCheck::Other(other) = &tenant {
-            scope.authorize(TENANT_CAPABILITY, other).await?;
+            policy.ask(TENANT_CAPABILITY, other).await?;
         }
         let payload: serde_json::Value = serde_json::from_str(&event.payload).map_err(|e| {
             HostCallError::Failed(format!(
@@ -124,16 +180,12 @@ impl Children {
             },
         };
         let mut child = NewEvent::new(event.event_type, payload)
-            .with_dispatch_key(child_dispatch_key(parent.id, &scope.handler, index))
-            .with_headers(child_headers(parent, &scope.handler, extra));
+            .with_dispatch_key(child_dispatch_key(parent.id, handler, index))
+            .with_headers(child_headers(parent, handler, extra));
         child.tenant_id = event.tenant_id.or_else(|| parent.tenant_id.clone());
-        validate_as(&child, scope.host.max_payload_bytes, Publisher::Host)
+        validate_as(&child, max_payload_bytes, Publisher::Host)
             .map_err(|e| HostCallError::Failed(e.to_string()))?;
-        let id = insert(scope, child).await.map_err(HostCallError::Failed)?;
-        if let Ok(mut ids) = self.published.lock() {
-            ids.push(id);
-        }
-        Ok(id)
+        Ok(child)
     }
 }
 

@@ -1,20 +1,30 @@
 //! `outbox plugins call FILE`: run a plugin once on given input, without a database or Redis,
-//! and report its answer and cost.
+//! and report its answer and cost. A handler's host calls are served offline
+//! ([`outbox_host::capability::offline`]): kv from memory (seeded from `--kv`), publish
+//! recorded as "would publish" with the dispatch key the host would give the child, http
+//! answered from `--http-fixtures` or refused, each after the grants of `routes.toml` (or
+//! `--grants`) and the capability policy `[policy]` names, as in a receiver.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use outbox_host::config::Config;
-use outbox_host::config::PluginSpec;
+use outbox_host::capability::offline::{HttpFixture, OfflineCall, OfflineHost};
+use outbox_host::capability::{CapabilityPolicy, DENY_ALL};
+use outbox_host::config::{Config, Grants, PluginSpec};
 use outbox_host::plugin::bindings::{
-    CapabilityRequest, Decision, Delivery, Outcome, WitRouteDecision,
+    CapabilityRequest, Decision, DelayedRetry, Delivery, Outcome, WitRouteDecision,
 };
 use outbox_host::plugin::registry::plugin_config_json;
-use outbox_host::plugin::{LoadedPlugin, PluginEngine, PluginLimits, World};
+use outbox_host::plugin::{LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, World};
 use outbox_host::routing::RouteDecision;
 use outbox_host::store;
 
 use super::{compile_file_offline, plugin_name_of, short_hash};
+
+/// Largest `--kv` or `--http-fixtures` file read, bytes.
+const MAX_INPUT_FILE_BYTES: u64 = 16 << 20;
 
 /// What `outbox plugins call` hands the plugin.
 #[derive(Debug, Clone, Default)]
@@ -28,6 +38,14 @@ pub struct PluginCallInput {
     pub config: Option<String>,
     /// Queue of the delivery (handlers).
     pub queue: String,
+    /// The delivery's attempt (handlers; 1 on first delivery).
+    pub attempt: u32,
+    /// `--kv FILE`: a JSON object seeding the handler's kv store (string or integer values).
+    pub kv_seed: Option<std::path::PathBuf>,
+    /// `--http-fixtures FILE`: a JSON array of canned HTTP answers.
+    pub http_fixtures: Option<std::path::PathBuf>,
+    /// `--grants JSON`: the handler's grants, instead of its `[plugins.NAME].grants`.
+    pub grants: Option<String>,
 }
 
 /// An event as `outbox plugins call` accepts it; everything but `event_type` has a default.
@@ -151,14 +169,170 @@ fn call_config(
     Ok(("{}".into(), "none ({})".into()))
 }
 
+/// Where the routes file in use came from, for messages.
+fn routes_source(config: &Config) -> String {
+    config
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "the built-in routes.toml".into())
+}
+
+/// The offline host of a handler call: the capability policy `[policy]` names (its plugin
+/// loaded from the plugin directory, with its declared config), the kv seed and the HTTP
+/// fixtures. Returns it and a description of the policy.
+fn offline_host(
+    config: &Config,
+    engine: &PluginEngine,
+    input: &PluginCallInput,
+) -> anyhow::Result<(Arc<OfflineHost>, String)> {
+    let registry = Arc::new(PluginRegistry::new(
+        engine.clone(),
+        config.settings.plugin_dir.clone(),
+    ));
+    let policy_name = config.routes.policy.plugin.as_str();
+    let policy_source = if policy_name == DENY_ALL {
+        "deny-all (every host call but log is denied)".to_string()
+    } else {
+        let spec = config.routes.plugins.get(policy_name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "[policy] plugin = {policy_name:?} is not declared under [plugins] of {}",
+                routes_source(config)
+            )
+        })?;
+        let path = registry.file_of(policy_name, spec);
+        let (compiled, _) = compile_file_offline(engine, &path).with_context(|| {
+            format!(
+                "the capability policy plugin {policy_name:?} decides the handler's host calls: build it (scripts/build-plugins.sh) or point OUTBOX_PLUGIN_DIR at it"
+            )
+        })?;
+        anyhow::ensure!(
+            compiled.world() == World::Policy,
+            "{}: [policy] plugin {policy_name:?} is a {} plugin, not a policy",
+            path.display(),
+            compiled.world()
+        );
+        registry.serve_standalone(LoadedPlugin::standalone(
+            engine,
+            policy_name,
+            compiled,
+            PluginLimits::from_spec(spec),
+            plugin_config_json(policy_name, spec, &config.routes, World::Policy),
+            spec.clone(),
+        ));
+        format!("plugin {policy_name} ({})", path.display())
+    };
+    let policy = Arc::new(CapabilityPolicy::with_plugin(registry, policy_name));
+    let kv_seed = match &input.kv_seed {
+        Some(path) => read_kv_seed(path)?,
+        None => BTreeMap::new(),
+    };
+    let fixtures = match &input.http_fixtures {
+        Some(path) => {
+            let text = read_input_file("--http-fixtures", path)?;
+            serde_json::from_str::<Vec<HttpFixture>>(&text).with_context(|| {
+                format!(
+                    "--http-fixtures {}: expected a JSON array of {{\"method\"?, \"url\", \"status\"?, \"headers\"?, \"body\"?}}",
+                    path.display()
+                )
+            })?
+        }
+        None => Vec::new(),
+    };
+    let host = OfflineHost::new(policy, fixtures, kv_seed, config.settings.max_payload_bytes)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((Arc::new(host), policy_source))
+}
+
+/// Read one input file, bounded.
+fn read_input_file(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
+    let len = std::fs::metadata(path)
+        .with_context(|| format!("{flag} {}: cannot read it", path.display()))?
+        .len();
+    anyhow::ensure!(
+        len <= MAX_INPUT_FILE_BYTES,
+        "{flag} {}: {len} bytes, over the limit of {MAX_INPUT_FILE_BYTES}",
+        path.display()
+    );
+    std::fs::read_to_string(path)
+        .with_context(|| format!("{flag} {}: cannot read it", path.display()))
+}
+
+/// The `--kv` seed: a JSON object of string (or integer, stored as its decimal text) values.
+fn read_kv_seed(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = read_input_file("--kv", path)?;
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text)
+        .with_context(|| {
+            format!(
+                "--kv {}: expected a JSON object of keys and values",
+                path.display()
+            )
+        })?;
+    object
+        .into_iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(s) => Ok((key, s)),
+            serde_json::Value::Number(n) if n.is_i64() => Ok((key, n.to_string())),
+            other => anyhow::bail!(
+                "--kv {}: the value of {key:?} must be a string or an integer, got {other}",
+                path.display()
+            ),
+        })
+        .collect()
+}
+
+/// One line per host call of an offline handler call.
+fn describe_calls(calls: &[OfflineCall]) -> String {
+    if calls.is_empty() {
+        return "host calls: none\n".into();
+    }
+    let mut out = format!(
+        "host calls ({}; offline: nothing was written, stored or sent):\n",
+        calls.len()
+    );
+    for call in calls {
+        let line = match call {
+            OfflineCall::Publish {
+                event_type,
+                tenant_id,
+                dispatch_key,
+                payload,
+                ..
+            } => format!(
+                "would publish {event_type} (dispatch key {}, tenant {}): {payload}",
+                dispatch_key.as_deref().unwrap_or("none"),
+                tenant_id.as_deref().unwrap_or("none")
+            ),
+            OfflineCall::Kv { op, key, result } => format!("kv {op} {key:?}: {result}"),
+            OfflineCall::Http {
+                method,
+                url,
+                status,
+                fixture,
+            } => format!("http {method} {url}: {status} (fixture {})", fixture + 1),
+            OfflineCall::Denied {
+                capability,
+                target,
+                reason,
+            } => format!("denied: {capability} {target:?}: {reason}"),
+            OfflineCall::Failed { capability, error } => format!("failed: {capability}: {error}"),
+        };
+        out.push_str("  ");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
 /// A `[plugins.NAME]` declaration with nothing set.
 fn empty_spec() -> anyhow::Result<PluginSpec> {
     toml::from_str("").context("an empty plugin spec")
 }
 
 /// `outbox plugins call FILE`: compile a plugin and run it once on the given input, without a
-/// database or Redis (a handler's host services answer "not available"). Returns the readable
-/// answer and its cost; a plugin that traps or breaks its contract is an error.
+/// database, Redis or network (a handler's host calls are served offline, see the module
+/// docs). Returns the readable answer and its cost; a plugin that traps or breaks its contract
+/// is an error.
 /// CPU-heavy and blocking: call on a blocking thread.
 pub fn call_plugin_file(
     config: &Config,
@@ -171,9 +345,23 @@ pub fn call_plugin_file(
     let world = compiled.world();
     let (config_json, config_source) = call_config(config, &name, world, input.config.as_deref())?;
     // A plugin declared in routes.toml runs with its declared limits, as the host would.
-    let spec = match config.routes.plugins.get(&name) {
-        Some(spec) => spec.clone(),
-        None => empty_spec()?,
+    let (mut spec, grants_source) = match config.routes.plugins.get(&name) {
+        Some(spec) => (
+            spec.clone(),
+            format!("[plugins.{name}] of {}", routes_source(config)),
+        ),
+        None => (
+            empty_spec()?,
+            "none (not declared in routes.toml)".to_string(),
+        ),
+    };
+    let grants_source = match &input.grants {
+        Some(text) => {
+            spec.grants = serde_json::from_value::<Grants>(parse_json_arg("--grants", text)?)
+                .context("--grants: expected {\"publish\": [...], \"publish_tenants\": [...], \"kv\": true, \"http\": [...]}")?;
+            "given on the command line".to_string()
+        }
+        None => grants_source,
     };
     let limits = PluginLimits::from_spec(&spec);
     let router_payload = spec.router_payload;
@@ -181,7 +369,14 @@ pub fn call_plugin_file(
         "{name}: world {world}, sha256 {}, config: {config_source}\n",
         short_hash(&compiled.hash)
     );
-    let plugin = LoadedPlugin::standalone(&engine, &name, compiled, limits, config_json, spec);
+    let plugin = Arc::new(LoadedPlugin::standalone(
+        &engine,
+        &name,
+        compiled,
+        limits,
+        config_json,
+        spec,
+    ));
     let failed = |e: outbox_host::plugin::PluginError, took: Duration| {
         anyhow::anyhow!("{e} (after {:.1} ms)", took.as_secs_f64() * 1e3)
     };
@@ -232,27 +427,46 @@ pub fn call_plugin_file(
             );
             outbox_host::config::validate_queue_name(&input.queue)
                 .map_err(|e| anyhow::anyhow!("--queue: {e}"))?;
+            anyhow::ensure!(input.attempt >= 1, "--attempt starts at 1");
             let event = events.remove(0);
             let delivery = Delivery {
                 event: outbox_host::plugin::router::to_wit_event(&event),
                 queue: input.queue.clone(),
-                attempt: 1,
+                attempt: input.attempt,
             };
+            let (host, policy_source) = offline_host(config, &engine, input)?;
+            out.push_str(&format!(
+                "grants: {grants_source}; capability policy: {policy_source}\n"
+            ));
+            let services = host.services(plugin.clone(), (&delivery.event).into());
             let started = Instant::now();
-            let outcome = plugin.call_handler(None, &delivery);
+            let outcome = plugin.call_handler(Some(Box::new(services)), &delivery);
             let call_time = started.elapsed();
+            let state = host.state();
+            // The host calls show even when the call failed: they explain what it tried.
+            out.push_str(&describe_calls(&state.calls));
             let outcome = outcome.map_err(|e| failed(e, call_time))?;
+            let what = format!("{} (from {})", event.event_type, input.queue);
             out.push_str(&match outcome {
-                Outcome::Ok => format!("{} (from {}): ok\n", event.event_type, input.queue),
-                Outcome::Retry(reason) => format!(
-                    "{} (from {}): retry ({reason})\n",
-                    event.event_type, input.queue
-                ),
-                Outcome::Fail(reason) => format!(
-                    "{} (from {}): fail ({reason})\n",
-                    event.event_type, input.queue
-                ),
+                Outcome::Ok => format!("{what}: ok\n"),
+                Outcome::Retry(reason) => format!("{what}: retry ({reason})\n"),
+                Outcome::RetryAfter(DelayedRetry { reason, delay_ms }) => {
+                    format!("{what}: retry after {delay_ms} ms ({reason})\n")
+                }
+                Outcome::Fail(reason) => format!("{what}: fail ({reason})\n"),
             });
+            let keys = match state.kv.len() {
+                1 => "1 key".to_string(),
+                n => format!("{n} keys"),
+            };
+            out.push_str(&format!("kv after the call: {keys}\n"));
+            for (key, value) in &state.kv {
+                let ttl = value
+                    .ttl_seconds
+                    .map(|t| format!(" (ttl {t} s)"))
+                    .unwrap_or_default();
+                out.push_str(&format!("  {key:?} = {:?}{ttl}\n", value.value));
+            }
             call_time
         }
         World::Policy => {

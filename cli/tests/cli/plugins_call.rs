@@ -1,0 +1,218 @@
+//! `outbox plugins call` runs a handler offline in full: its kv calls work on an in-memory
+//! store (seeded from a file), its publish calls are shown as "would publish" with the dispatch
+//! keys the host would give them, its http calls are answered from a fixture file or refused,
+//! and every call passes the grants and the capability policy of the routes file first.
+
+use std::process::{Command, Output};
+
+use crate::{repo_path, text};
+
+/// A routes file for these tests: the shipped capability policy, `workflow-trigger` with an
+/// HTTP executor, and the probe with kv and http grants.
+const ROUTES: &str = r#"
+[routes]
+"workflow." = "outbox.workflow"
+
+[router]
+plugin = "native"
+
+[handlers]
+"outbox.workflow" = "workflow-trigger"
+
+[queue_groups]
+general = ["outbox.workflow"]
+
+[policy]
+plugin = "capability-policy"
+
+[plugins.capability-policy]
+
+[plugins.workflow-trigger]
+config = { executor = { http = { url = "https://executor.internal/run" } }, workflows = [
+  { id = "welcome", trigger = { event = "user.signed-up" } },
+  { id = "crm-sync", trigger = { event = "user.signed-up" } },
+] }
+grants = { publish = ["workflow.execution."], http = ["executor.internal"] }
+
+[plugins.capability-probe]
+grants = { kv = true, http = ["api.example.com"] }
+"#;
+
+/// Write `text` to a file of this test run and return its path.
+fn file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("outbox-plugins-call-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `outbox plugins call` with the routes above and the built plugins.
+fn call(args: &[&str]) -> Output {
+    let routes = file("routes.toml", ROUTES);
+    Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .arg("plugins")
+        .arg("call")
+        .args(args)
+        .env("DATABASE_URL", "postgres://unused")
+        .env("REDIS_URL", "redis://unused")
+        .env("OUTBOX_CONFIG", &routes)
+        .env("OUTBOX_PLUGIN_DIR", repo_path("plugins/dist"))
+        .env("OUTBOX_PLUGIN_CACHE_DIR", "off")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run outbox")
+}
+
+#[test]
+fn cli_plugins_call_shows_what_the_shipped_workflow_trigger_would_publish() {
+    // The fan-out: two workflows match, so two children, each with the dispatch key the host
+    // gives the i-th child of event 7 published by this handler.
+    let out = call(&[
+        &repo_path("plugins/dist/workflow-trigger.wasm"),
+        "--event",
+        r#"{"id": 7, "event_type": "workflow.trigger.event", "tenant_id": "acme",
+            "payload": {"trigger": "user.signed-up", "data": {"user": 42}}}"#,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("grants: [plugins.workflow-trigger] of "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("capability policy: plugin capability-policy"),
+        "{stdout}"
+    );
+    // workflow-trigger.wasm runs as workflow-trigger (the file's name), with its declared
+    // config and grants; a trigger event only fans out.
+    assert!(
+        stdout.contains(
+            "would publish workflow.execution.requested (dispatch key child:7:workflow-trigger:0, tenant acme): "
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("child:7:workflow-trigger:1, tenant acme): {\"data\":{\"user\":42},\"trigger_event_id\":7,\"workflow_id\":\"crm-sync\"}"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("workflow.trigger.event (from outbox.test): ok"),
+        "{stdout}"
+    );
+
+    // An execution request goes to the HTTP executor: answered from the fixture file.
+    let fixtures = file(
+        "fixtures.json",
+        r#"[{"method": "POST", "url": "https://executor.internal/run", "status": 202, "body": {"accepted": true}}]"#,
+    );
+    let request = r#"{"id": 8, "event_type": "workflow.execution.requested", "payload": {"workflow_id": "welcome"}}"#;
+    let out = call(&[
+        &repo_path("plugins/dist/workflow-trigger.wasm"),
+        "--event",
+        request,
+        "--http-fixtures",
+        fixtures.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("http POST https://executor.internal/run: 202 (fixture 1)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("workflow.execution.requested (from outbox.test): ok"),
+        "{stdout}"
+    );
+
+    // Without a fixture the request is refused with a clear message (nothing is sent), and the
+    // handler's own answer to that failure shows (workflow-trigger retries a failed call).
+    let out = call(&[
+        &repo_path("plugins/dist/workflow-trigger.wasm"),
+        "--event",
+        request,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("failed: http: http: no fixture answers POST https://executor.internal/run (an offline call sends no request; give the answer in a fixture file with --http-fixtures)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(": retry ("), "{stdout}");
+}
+
+#[test]
+fn cli_plugins_call_serves_kv_from_a_seed_and_checks_grants_and_the_policy() {
+    let seed = file("kv.json", r#"{"visits": 41, "name": "ada"}"#);
+    let steps = r#"{"event_type": "probe.run", "payload": {"steps": [
+        {"op": "kv-increment", "key": "visits", "expect": {"returns": "42"}},
+        {"op": "kv-get", "key": "name", "expect": {"returns": "ada"}},
+        {"op": "kv-cas", "key": "name", "expected": "bob", "value": "eve", "expect": {"returns": "false"}},
+        {"op": "kv-cas", "key": "name", "expected": "ada", "value": "eve", "ttl": 60, "expect": {"returns": "true"}},
+        {"op": "kv-set", "key": "fresh", "value_bytes": 3},
+        {"op": "kv-delete", "key": "gone", "expect": {"returns": "false"}},
+        {"op": "publish", "event_type": "probe.child", "expect": {"denied": 1, "error_contains": "may not publish"}},
+        {"op": "http", "url": "https://elsewhere.example.org/x", "expect": {"denied": 1}}
+    ]}}"#;
+    let out = call(&[
+        &repo_path("plugins/dist/test/capability-probe.wasm"),
+        "--event",
+        steps,
+        "--kv",
+        seed.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("probe.run (from outbox.test): ok"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kv increment \"visits\": 42"), "{stdout}");
+    assert!(
+        stdout.contains("kv compare-and-set \"name\": not stored: the value is Some(\"ada\")"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("denied: publish \"probe.child\": "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("denied: http \"elsewhere.example.org\": "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kv after the call: 3 keys"), "{stdout}");
+    assert!(stdout.contains("\"name\" = \"eve\" (ttl 60 s)"), "{stdout}");
+    assert!(stdout.contains("\"visits\" = \"42\""), "{stdout}");
+
+    // --grants replaces the declared grants: without kv every kv call is denied by the policy.
+    let out = call(&[
+        &repo_path("plugins/dist/test/capability-probe.wasm"),
+        "--event",
+        r#"{"event_type": "probe.run", "payload": {"steps": [{"op": "kv-get", "key": "a", "expect": {"denied": 1}}]}}"#,
+        "--grants",
+        r#"{"publish": ["probe."]}"#,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("grants: given on the command line"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("denied: kv \"a\": "), "{stdout}");
+
+    // A bad seed is a clear error before anything runs.
+    let bad = file("bad-kv.json", r#"{"list": [1, 2]}"#);
+    let out = call(&[
+        &repo_path("plugins/dist/test/capability-probe.wasm"),
+        "--event",
+        r#"{"event_type": "probe.run", "payload": {"steps": []}}"#,
+        "--kv",
+        bad.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("the value of \"list\" must be a string or an integer"),
+        "{stderr}"
+    );
+}
