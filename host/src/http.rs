@@ -227,6 +227,11 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Entries reclaimed from a receiver that stopped acknowledging.",
     ),
     (
+        "outbox_receiver_taken_over_total",
+        MetricKind::Counter,
+        "Entries taken from the receivers of a host whose heartbeat stopped, before the receiver lease.",
+    ),
+    (
         "outbox_receiver_recovered_total",
         MetricKind::Counter,
         "Entries recovered after a receiver restart.",

@@ -455,6 +455,99 @@ async fn consumer_dying_with_entries_lets_another_take_them_after_the_lease(pool
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_dead_hosts_pending_entries_are_taken_over_when_its_heartbeat_stops_not_after_the_lease(
+    pool: PgPool,
+) {
+    let mut env = TestEnv::new(pool).await;
+    test_env_settings(&mut env);
+    // A long receiver lease: reclaiming by the lease alone would take two minutes.
+    env.settings.receiver_lease = Duration::from_secs(120);
+    let fixture = PluginFixture::new(PLUGINS, &routes(true));
+    let dispatching = start(&env, &fixture, "dispatcher", false).await;
+    let ids = env
+        .publish_all(
+            (0..3)
+                .map(|i| NewEvent::new("flaky.job", json!({ "i": i })))
+                .collect(),
+        )
+        .await;
+    wait_for("3 entries", Duration::from_secs(10), async || {
+        env.entries("outbox.flaky").await.len() == 3
+    })
+    .await;
+    // A host reads them, claims two, and dies: its heartbeat stopped 100 s ago. It last renewed
+    // one claim long ago (10 s of its 120 s left) and the other one just now (a host that lost
+    // only PostgreSQL goes on renewing its claims: that one must stay its own).
+    assert_eq!(
+        take_entries_and_die(&env, "outbox.flaky", "dead-host").await,
+        3
+    );
+    let mut conn = env.redis.clone();
+    let marker = |id: i64| format!("{}outbox:handled:flaky-handler:{id}", env.prefix);
+    let _: () = redis::cmd("SET")
+        .arg(marker(ids[1]))
+        .arg("running:dead-host:00000000000000ff")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(marker(ids[2]))
+        .arg("running:dead-host:00000000000000aa")
+        .arg("PX")
+        .arg(119_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_worker (id, host_name, version, last_seen) VALUES ('dead-host', 'h', 'test', now() - interval '100 seconds')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let taken_at = Instant::now();
+    let running = start(&env, &fixture, "survivor", true).await;
+    wait_for(
+        "the two entries taken over",
+        Duration::from_secs(40),
+        async || {
+            receipts(&env)
+                .await
+                .iter()
+                .filter(|r| (r.0 == ids[0] || r.0 == ids[1]) && r.2 == "ok")
+                .count()
+                == 2
+        },
+    )
+    .await;
+    assert!(
+        taken_at.elapsed() < Duration::from_secs(60),
+        "taken over long before the 120 s lease"
+    );
+    // The entry whose claim was renewed just now is left to its owner.
+    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(format!("{}outbox.flaky", env.prefix))
+        .arg("outbox")
+        .arg("-")
+        .arg("+")
+        .arg(10)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].1, "dead-host");
+    let still: Option<String> = redis::AsyncCommands::get(&mut conn, marker(ids[2]))
+        .await
+        .unwrap();
+    assert_eq!(still.as_deref(), Some("running:dead-host:00000000000000aa"));
+    assert!(!receipts(&env).await.iter().any(|r| r.0 == ids[2]));
+    running.stop().await;
+    dispatching.stop().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn always_failing_handler_dead_letters_then_replay_delivers_after_a_fix(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
     test_env_settings(&mut env);

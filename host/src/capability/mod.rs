@@ -97,6 +97,11 @@ impl HandlerHost {
         }
     }
 
+    /// The database pool the host calls use.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// The services of one delivery: `plugin` handling `parent` as handler `handler` (the name
     /// that goes into children's dispatch keys and `causation_handler`); the span current here
     /// (the receiver's `outbox.handle`) is the parent of the host calls' spans. Keep

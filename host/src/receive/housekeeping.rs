@@ -67,6 +67,10 @@ impl Receivers {
                 .increment(claimed.len() as u64);
         }
         self.spawn_handlers(queue, claimed, handling).await;
+        // Entries of a host whose heartbeat stopped: taken now, not after the receiver lease.
+        if let Err(e) = self.take_over_dead_consumers(queue, handling).await {
+            tracing::warn!(%queue, error = %e, "could not take over the entries of a host whose heartbeat stopped; they wait for the receiver lease");
+        }
         trim_acknowledged(&mut conn, &key).await
     }
 }

@@ -11,7 +11,8 @@
 //! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
 //! in `invoke`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
-//! `housekeeping`; on queues marked ordered, one entry of an ordering key at a time (a retried
+//! `housekeeping`; taking the entries of a host whose heartbeat stopped before that lease in
+//! `takeover`; on queues marked ordered, one entry of an ordering key at a time (a retried
 //! entry holding its key until it comes back) in `ordering`; receipts (appended to the
 //! receipts stream with each outcome, moved to
 //! PostgreSQL in batches by a writer) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
@@ -46,6 +47,7 @@ mod invoke;
 mod ordering;
 mod outcomes;
 mod receipts;
+mod takeover;
 
 pub use outcomes::RESULT_SKIPPED_VERSION;
 
@@ -145,6 +147,10 @@ pub struct Receivers {
     scripts: Arc<outcomes::OutcomeScripts>,
     finishes: outcomes::FinishBatches,
     move_due: Arc<redis::Script>,
+    /// Takes a dead host's entries (see `takeover`).
+    take_over: Arc<redis::Script>,
+    /// The hosts whose heartbeat stopped, as last looked up.
+    dead_hosts: Arc<takeover::DeadHosts>,
     /// Keeps this process's receipt writer running.
     receipts: ReceiptWriterHandle,
     /// Queue -> receiver loops running on it in this process.
@@ -230,6 +236,8 @@ impl Receivers {
             scripts: Arc::new(outcomes::OutcomeScripts::new()),
             finishes,
             move_due: Arc::new(housekeeping::move_due_script()),
+            take_over: Arc::new(takeover::take_over_script()),
+            dead_hosts: Arc::default(),
             receipts,
             receiving: Arc::default(),
         })
