@@ -805,6 +805,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                             "warning: {queue} is bound to handler {handler} but no queue group lists it: only hosts run without --queue-group consume it"
                         );
                     }
+                    if let Some(max_len) = routes.max_len_of(queue) {
+                        eprintln!(
+                            "warning: {queue} is bound to handler {handler} and has max_len = {max_len}: entries beyond it are dropped even when the handler has not run them yet (counted in outbox stats)"
+                        );
+                    }
                 }
                 out!(
                     "{}: ok ({} routes, {} queue groups, {} plugins)",

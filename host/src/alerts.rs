@@ -297,13 +297,17 @@ fn export(seen: &Observation, book: &AlertBook) {
     }
 }
 
-/// Set each queue's gauges: length (BullMQ: jobs waiting), and for a stream its unacknowledged
-/// entries, consumer lag and the age of its oldest unfinished entry.
+/// Set each queue's gauges: length (BullMQ: jobs waiting), and for a stream its memory, its
+/// unacknowledged entries, consumer lag and the age of its oldest unfinished entry.
 fn export_queues(backlogs: &[crate::sink::QueueBacklog]) {
     for b in backlogs {
         let queue = b.queue.clone();
         metrics::gauge!("outbox_queue_length", "queue" => queue.clone(), "sink" => b.sink.as_str())
             .set(b.waiting as f64);
+        if let Some(bytes) = b.memory_bytes {
+            metrics::gauge!("outbox_queue_memory_bytes", "queue" => queue.clone())
+                .set(bytes as f64);
+        }
         if let Some(c) = &b.consumers {
             metrics::gauge!("outbox_queue_unacked_entries", "queue" => queue.clone())
                 .set(c.pending.unwrap_or(0) as f64);

@@ -202,6 +202,26 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Entries of each stream queue delivered and not acknowledged (alerting host only).",
     ),
     (
+        "outbox_queue_memory_bytes",
+        MetricKind::Gauge,
+        "Bytes each stream queue takes in Redis, sampled (alerting host only).",
+    ),
+    (
+        "outbox_queue_trimmed_total",
+        MetricKind::Counter,
+        "Entries trimmed from a stream queue by its max_len.",
+    ),
+    (
+        "outbox_queue_trimmed_unread_total",
+        MetricKind::Counter,
+        "Entries max_len trimmed that a consumer group had not read, by queue and group.",
+    ),
+    (
+        "outbox_queue_trimmed_unacked_total",
+        MetricKind::Counter,
+        "Entries max_len trimmed that a consumer group had read and not acknowledged, by queue and group.",
+    ),
+    (
         "outbox_receipts_written_total",
         MetricKind::Counter,
         "Handler receipts written, by result.",

@@ -144,6 +144,12 @@ impl QueueKeys {
         format!("{}outbox:handled:{}:{}", self.prefix, handler, event_id)
     }
 
+    /// A queue's counts of entries `max_len` trimmed (a hash: `trimmed`, and per consumer group
+    /// `<group>:unread`, `<group>:unacked`): `{prefix}outbox:trimmed:{queue}`.
+    pub fn trimmed(&self, queue: &str) -> String {
+        format!("{}outbox:trimmed:{}", self.prefix, queue)
+    }
+
     /// A queue's sorted set of delayed retries: `{prefix}outbox:retry:{queue}`.
     pub fn retry_set(&self, queue: &str) -> String {
         format!("{}outbox:retry:{}", self.prefix, queue)

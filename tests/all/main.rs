@@ -17,6 +17,7 @@ mod hook_children;
 mod http;
 mod invoke_jobs;
 mod limits;
+mod max_len;
 mod ordering;
 mod plugins;
 mod publish;

@@ -119,6 +119,7 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                 "queue",
                 "sink",
                 "waiting / in stream",
+                "memory",
                 "unacked",
                 "lag",
                 "dead letters",
@@ -143,6 +144,7 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                     Cell::new(&q.queue),
                     Cell::new(q.sink),
                     Cell::new(q.waiting),
+                    Cell::new(q.memory_bytes.map(human_bytes).unwrap_or_default()),
                     Cell::new(stream(|c| c.pending.map(|n| n.to_string()))),
                     Cell::new(stream(|c| c.lag.map(|n| n.to_string()))),
                     Cell::new(stream(|c| Some(c.dead_letters.to_string()))),
@@ -156,6 +158,41 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                 ]);
             }
             out!("{t}");
+            for q in queues {
+                let Some(trimmed) = &q.trimmed else {
+                    continue;
+                };
+                let lost: Vec<String> = trimmed
+                    .unread
+                    .iter()
+                    .chain(trimmed.unacked.iter())
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(group, _)| group.clone())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .map(|group| {
+                        format!(
+                            "{group}: {} not read, {} not acknowledged",
+                            trimmed.unread.get(&group).copied().unwrap_or(0),
+                            trimmed.unacked.get(&group).copied().unwrap_or(0)
+                        )
+                    })
+                    .collect();
+                if lost.is_empty() {
+                    out!(
+                        "{}: max_len trimmed {} entries, all finished by every consumer group",
+                        q.queue,
+                        trimmed.entries
+                    );
+                } else {
+                    eprintln!(
+                        "warning: {}: max_len trimmed {} entries, some before consumers finished them ({})",
+                        q.queue,
+                        trimmed.entries,
+                        lost.join("; ")
+                    );
+                }
+            }
         }
         Ok(_) => {}
         Err(e) => eprintln!("warning: queues not shown: {e:#}"),
@@ -187,6 +224,22 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
         }
     }
     Ok(())
+}
+
+/// `bytes` as B, KiB, MiB or GiB.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 /// Every queue `config` names, with its sink and what it holds (one Redis pipeline, at most 3 s).

@@ -381,6 +381,11 @@ impl RoutesFile {
             .unwrap_or_default()
     }
 
+    /// `[queues."NAME"] max_len` of `queue`, if set.
+    pub fn max_len_of(&self, queue: &str) -> Option<u64> {
+        self.queues.get(queue).and_then(|spec| spec.max_len)
+    }
+
     /// The BullMQ options of `queue` (the defaults when it has none).
     pub fn bullmq_options(&self, queue: &str) -> BullmqOptions {
         self.queues

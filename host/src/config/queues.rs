@@ -61,7 +61,21 @@ pub struct QueueSpec {
     /// it such a binding is refused: new events would never reach that handler.
     #[serde(default)]
     pub keep_stream_handler: bool,
+    /// Streams queues: keep about this many entries (`XADD` then `XTRIM MAXLEN ~`), dropping the
+    /// oldest even when a consumer group has not read or acknowledged them (counted, and
+    /// warned about). For queues nobody may read for a long time; off by default (the stream
+    /// is trimmed only below what every group acknowledged). [`MIN_MAX_LEN`] to
+    /// [`MAX_MAX_LEN`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<u64>,
 }
+
+/// The smallest `max_len`: Redis trims whole stream nodes (100 entries by default), so a
+/// smaller bound would mostly be noise.
+pub const MIN_MAX_LEN: u64 = 1000;
+
+/// The largest `max_len`.
+pub const MAX_MAX_LEN: u64 = 1_000_000_000;
 
 impl QueueSpec {
     /// The BullMQ options in force for this queue (the defaults when the table is absent).
@@ -75,6 +89,19 @@ impl QueueSpec {
     /// Check this queue's table; `handler` is the plugin `[handlers]` binds to it, if any.
     /// The message names the offending option.
     pub fn check(&self, handler: Option<&str>) -> Result<(), String> {
+        if let Some(max_len) = self.max_len {
+            if self.sink == SinkKind::Bullmq {
+                return Err(
+                    "max_len applies to streams queues; a BullMQ queue keeps what its removeOnComplete and removeOnFail say"
+                        .into(),
+                );
+            }
+            if !(MIN_MAX_LEN..=MAX_MAX_LEN).contains(&max_len) {
+                return Err(format!(
+                    "max_len = {max_len} is out of range: {MIN_MAX_LEN} to {MAX_MAX_LEN} entries"
+                ));
+            }
+        }
         match self.sink {
             SinkKind::Streams => {
                 if self.bullmq.is_some() {
@@ -604,6 +631,27 @@ mod tests {
                     ..QueueSpec::default()
                 },
                 "sink is \"streams\"",
+            ),
+            (
+                QueueSpec {
+                    max_len: Some(MIN_MAX_LEN - 1),
+                    ..QueueSpec::default()
+                },
+                "max_len = 999 is out of range",
+            ),
+            (
+                QueueSpec {
+                    max_len: Some(MAX_MAX_LEN + 1),
+                    ..QueueSpec::default()
+                },
+                "out of range",
+            ),
+            (
+                QueueSpec {
+                    max_len: Some(5000),
+                    ..bullmq(BullmqOptions::default())
+                },
+                "max_len applies to streams queues",
             ),
         ];
         for (spec, part) in cases {

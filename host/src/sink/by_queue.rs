@@ -51,7 +51,7 @@ impl QueueSinks {
         let routes = self.routes.load_full();
         let kinds: Vec<SinkKind> = items.iter().map(|i| routes.sink_of(i.queue)).collect();
         if kinds.iter().all(|k| *k == SinkKind::Streams) {
-            return self.streams.enqueue_all(items).await;
+            return self.streams.enqueue_with(items, &routes).await;
         }
         if kinds.iter().all(|k| *k == SinkKind::Bullmq) {
             return self.bullmq.enqueue_with(items, &routes).await;
@@ -67,7 +67,7 @@ impl QueueSinks {
         let (streams_at, streams_items) = pick(SinkKind::Streams);
         let (bullmq_at, bullmq_items) = pick(SinkKind::Bullmq);
         let (streams_results, bullmq_results) = futures::join!(
-            self.streams.enqueue_all(&streams_items),
+            self.streams.enqueue_with(&streams_items, &routes),
             self.bullmq.enqueue_with(&bullmq_items, &routes)
         );
         let mut results: Vec<Option<EnqueueResult>> = vec![None; items.len()];
@@ -124,6 +124,42 @@ pub struct QueueBacklog {
     /// Streams only: what the receivers' consumer group has not finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumers: Option<StreamConsumers>,
+    /// Streams only: bytes the stream takes in Redis (`MEMORY USAGE`, sampled; `None` before
+    /// its first entry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Streams only: what `max_len` has trimmed so far (`None`: nothing, or no `max_len`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trimmed: Option<TrimmedCounts>,
+}
+
+/// What `max_len` trimmed from one stream since it was set (kept in Redis, summed over every
+/// host): entries in all, and those some consumer group had not finished.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct TrimmedCounts {
+    /// Entries trimmed.
+    pub entries: u64,
+    /// Of those, per consumer group: entries it had not read yet.
+    pub unread: std::collections::BTreeMap<String, u64>,
+    /// Of those, per consumer group: entries it had read and not acknowledged.
+    pub unacked: std::collections::BTreeMap<String, u64>,
+}
+
+impl TrimmedCounts {
+    /// The counts from the trim hash's fields (`trimmed`, `<group>:unread`, `<group>:unacked`).
+    fn from_fields(fields: std::collections::HashMap<String, u64>) -> Option<Self> {
+        let mut counts = TrimmedCounts::default();
+        for (field, n) in fields {
+            if field == "trimmed" {
+                counts.entries = n;
+            } else if let Some(group) = field.strip_suffix(":unread") {
+                counts.unread.insert(group.to_string(), n);
+            } else if let Some(group) = field.strip_suffix(":unacked") {
+                counts.unacked.insert(group.to_string(), n);
+            }
+        }
+        (counts.entries > 0).then_some(counts)
+    }
 }
 
 /// What a stream's consumer group (the host's receivers) has not finished, and its dead letters.
@@ -176,6 +212,8 @@ pub async fn queue_backlogs(
         match routes.sink_of(queue) {
             SinkKind::Streams => {
                 pipe.cmd("XLEN").arg(keys.stream(queue));
+                pipe.cmd("MEMORY").arg("USAGE").arg(keys.stream(queue));
+                pipe.cmd("HGETALL").arg(keys.trimmed(queue));
             }
             SinkKind::Bullmq => {
                 let bull = super::BullmqQueueKeys::new(&routes.bullmq_options(queue).prefix, queue);
@@ -185,30 +223,37 @@ pub async fn queue_backlogs(
             }
         }
     }
-    let lengths: Vec<u64> = pipe.query_async(conn).await?;
-    let mut lengths = lengths.into_iter();
-    let mut next = || lengths.next().unwrap_or(0);
+    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+    let mut replies = replies.into_iter();
+    let mut reply = || replies.next().unwrap_or(redis::Value::Nil);
+    let number = |v: redis::Value| redis::from_redis_value::<u64>(&v).unwrap_or(0);
     Ok(queues
         .iter()
         .map(|queue| match routes.sink_of(queue) {
             SinkKind::Streams => QueueBacklog {
                 queue: queue.clone(),
                 sink: SinkKind::Streams,
-                waiting: next(),
+                waiting: number(reply()),
                 bullmq: None,
                 consumers: None,
+                memory_bytes: redis::from_redis_value::<Option<u64>>(&reply()).unwrap_or(None),
+                trimmed: redis::from_redis_value(&reply())
+                    .ok()
+                    .and_then(TrimmedCounts::from_fields),
             },
             SinkKind::Bullmq => QueueBacklog {
                 queue: queue.clone(),
                 sink: SinkKind::Bullmq,
-                waiting: next() + next() + next(),
+                waiting: number(reply()) + number(reply()) + number(reply()),
                 bullmq: Some(BullmqCounts {
-                    active: next(),
-                    delayed: next(),
-                    completed: next(),
-                    failed: next(),
+                    active: number(reply()),
+                    delayed: number(reply()),
+                    completed: number(reply()),
+                    failed: number(reply()),
                 }),
                 consumers: None,
+                memory_bytes: None,
+                trimmed: None,
             },
         })
         .collect())

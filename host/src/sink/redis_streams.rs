@@ -1,12 +1,16 @@
 //! Redis Streams sink: hands routed events to Redis Streams, exactly once per (event, queue).
 //!
 //! Owns the Redis side of dispatch into streams: the enqueue script (set-if-absent marker +
-//! `XADD`, one round trip, atomic) and the connection. A re-claim after a crash between
-//! "enqueued" and "marked done" finds the marker and adds nothing twice. Key names and entry
-//! fields come from [`crate::queue`]; it never builds one itself. Pipelining, per-entry results
-//! and `NOSCRIPT` recovery are [`super::script`]'s.
+//! `XADD`, one round trip, atomic; with a queue's `max_len`, the trim and the exact count of
+//! what it dropped unread or unacknowledged, per consumer group, in the same step) and the
+//! connection. A re-claim after a crash between "enqueued" and "marked done" finds the marker
+//! and adds nothing twice. Key names and entry fields come from [`crate::queue`]; it never
+//! builds one itself. Pipelining, per-entry results and `NOSCRIPT` recovery are
+//! [`super::script`]'s. It never trims a queue that has no `max_len`.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -16,17 +20,75 @@ use super::script::EnqueueScript;
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
 use crate::queue::{QueueEntry, QueueKeys};
 
-/// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream; ARGV[1] = marker TTL (s),
-/// ARGV[2..] = stream field/value pairs. Returns {1, entry id} when added, {0, entry id} when the
-/// marker existed, {-1, error} when `XADD` failed (nothing written).
+/// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream, KEYS[3] = the queue's trim
+/// counts; ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0: none), ARGV[3] = [`TRIM_SLACK`],
+/// ARGV[4] = [`TRIM_LIMIT`], ARGV[5..] = stream field/value pairs. Returns {1, entry id} when added, {0, entry id} when the marker existed,
+/// {-1, error} when `XADD` failed (nothing written).
+///
+/// With a `max_len`, once the stream is at least [`TRIM_SLACK`] entries over it, the oldest are
+/// trimmed (`XTRIM MAXLEN ~`, at most [`TRIM_LIMIT`] per call, whole stream nodes) and, when
+/// some were, the reply grows to {1, id, trimmed, group, unread, unacked, ...}: for each
+/// consumer group that had not read (id after its last delivered one) or not acknowledged
+/// (pending) some of the trimmed entries, those counts, also added to the trim counts hash.
+/// Trimming does not clear a group's pending list, so the pending count looks only at the
+/// range trimmed now.
 const ENQUEUE_LUA: &str = r#"
 local existing = redis.call('GET', KEYS[1])
 if existing then return {0, existing} end
-local added = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 2))
+local added = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 5))
 if type(added) == 'table' and added.err then return {-1, 'XADD: ' .. added.err} end
 redis.call('SET', KEYS[1], added, 'EX', ARGV[1])
-return {1, added}
+local max_len = tonumber(ARGV[2])
+if max_len == 0 then return {1, added} end
+local over = redis.call('XLEN', KEYS[2]) - max_len
+if over < tonumber(ARGV[3]) then return {1, added} end
+local limit = math.min(over, tonumber(ARGV[4]))
+local head = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', limit)
+local removed = redis.call('XTRIM', KEYS[2], 'MAXLEN', '~', max_len, 'LIMIT', limit)
+if removed == 0 then return {1, added} end
+redis.call('HINCRBY', KEYS[3], 'trimmed', removed)
+local function split(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+local function after(a, b)
+  local am, as = split(a)
+  local bm, bs = split(b)
+  return am > bm or (am == bm and as > bs)
+end
+local reply = {1, added, removed}
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
+  local name, delivered
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
+  end
+  local unread = 0
+  for i = 1, removed do
+    if after(head[i][1], delivered) then unread = unread + 1 end
+  end
+  local unacked = #redis.call('XPENDING', KEYS[2], name, head[1][1], head[removed][1], removed)
+  if unread > 0 or unacked > 0 then
+    redis.call('HINCRBY', KEYS[3], name .. ':unread', unread)
+    redis.call('HINCRBY', KEYS[3], name .. ':unacked', unacked)
+    table.insert(reply, name)
+    table.insert(reply, unread)
+    table.insert(reply, unacked)
+  end
+end
+return reply
 "#;
+
+/// How far past its `max_len` a stream grows before the enqueue script trims it (one stream
+/// node), so the trim runs about once per hundred enqueues.
+const TRIM_SLACK: u64 = 100;
+
+/// The most entries one enqueue trims (bounds the work when `max_len` is first set on a long
+/// stream: the next enqueues trim the rest).
+const TRIM_LIMIT: u64 = 1000;
+
+/// How often, at most, the trims of one queue that dropped unfinished entries are logged.
+const TRIM_WARNING_WINDOW: Duration = Duration::from_secs(60);
 
 /// The Redis Streams sink.
 #[derive(Clone)]
@@ -34,6 +96,87 @@ pub struct RedisSink {
     script: EnqueueScript,
     keys: QueueKeys,
     dedupe_ttl_secs: u64,
+    trims: Arc<TrimReports>,
+}
+
+/// What one enqueue's trim dropped before its consumers finished it, per consumer group.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trimmed {
+    /// Entries trimmed.
+    pub entries: u64,
+    /// Per consumer group: (group, entries it had not read, entries it had read and not
+    /// acknowledged).
+    pub unfinished: Vec<(String, u64, u64)>,
+}
+
+/// The trims of each queue since its last warning, so that a queue trimmed on every enqueue
+/// logs one line a minute.
+#[derive(Default)]
+struct TrimReports {
+    since_warning: Mutex<HashMap<String, (Instant, Trimmed)>>,
+}
+
+impl TrimReports {
+    /// Count `trimmed` for `queue` (metrics), and warn when it dropped unfinished entries, at
+    /// most once per [`TRIM_WARNING_WINDOW`] per queue with the totals since the last warning.
+    fn report(&self, queue: &str, max_len: u64, trimmed: Trimmed) {
+        metrics::counter!("outbox_queue_trimmed_total", "queue" => queue.to_string())
+            .increment(trimmed.entries);
+        for (group, unread, unacked) in &trimmed.unfinished {
+            metrics::counter!("outbox_queue_trimmed_unread_total", "queue" => queue.to_string(), "group" => group.clone())
+                .increment(*unread);
+            metrics::counter!("outbox_queue_trimmed_unacked_total", "queue" => queue.to_string(), "group" => group.clone())
+                .increment(*unacked);
+        }
+        if trimmed.unfinished.is_empty() {
+            return;
+        }
+        let Ok(mut since) = self.since_warning.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let (last, total) = since
+            .entry(queue.to_string())
+            .or_insert_with(|| (now - TRIM_WARNING_WINDOW, Trimmed::default()));
+        total.entries += trimmed.entries;
+        for (group, unread, unacked) in trimmed.unfinished {
+            match total.unfinished.iter_mut().find(|(g, _, _)| *g == group) {
+                Some((_, r, a)) => {
+                    *r += unread;
+                    *a += unacked;
+                }
+                None => total.unfinished.push((group, unread, unacked)),
+            }
+        }
+        if now.duration_since(*last) < TRIM_WARNING_WINDOW {
+            return;
+        }
+        for (group, unread, unacked) in &total.unfinished {
+            tracing::warn!(%queue, max_len, %group, unread, unacked, trimmed = total.entries, "max_len dropped entries this consumer group had not finished ({unread} not read, {unacked} read and not acknowledged): they are gone; raise max_len or add consumers");
+        }
+        *last = now;
+        *total = Trimmed::default();
+    }
+}
+
+/// The trim part of an enqueue reply (after `{1, id}`): `trimmed, group, unread, unacked, ...`.
+fn parse_trimmed(extra: &[redis::Value]) -> Option<Trimmed> {
+    let number = |v: &redis::Value| redis::from_redis_value::<u64>(v).ok();
+    let (first, groups) = extra.split_first()?;
+    Some(Trimmed {
+        entries: number(first)?,
+        unfinished: groups
+            .chunks(3)
+            .filter_map(|g| match g {
+                [name, unread, unacked] => Some((
+                    redis::from_redis_value::<String>(name).ok()?,
+                    number(unread)?,
+                    number(unacked)?,
+                )),
+                _ => None,
+            })
+            .collect(),
+    })
 }
 
 impl RedisSink {
@@ -55,6 +198,7 @@ impl RedisSink {
             ),
             keys: QueueKeys::new(prefix),
             dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
+            trims: Arc::default(),
         };
         sink.script.load().await?;
         Ok(sink)
@@ -94,18 +238,47 @@ impl RedisSink {
 
     /// Enqueue every hand-off: pipelines of up to 128, at most `concurrency` in flight. Results
     /// come back in input order. A transport failure fails the entries of that pipeline only.
+    /// No queue is trimmed (see [`enqueue_with`](Self::enqueue_with)).
     pub async fn enqueue_all(&self, items: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
+        self.enqueue_trimming(items, &|_| None).await
+    }
+
+    /// [`enqueue_all`](Self::enqueue_all), each queue trimmed to its `max_len` in `routes`.
+    pub async fn enqueue_with(
+        &self,
+        items: &[Enqueue<'_>],
+        routes: &crate::config::RoutesFile,
+    ) -> Vec<EnqueueResult> {
+        self.enqueue_trimming(items, &|queue| routes.max_len_of(queue))
+            .await
+    }
+
+    async fn enqueue_trimming(
+        &self,
+        items: &[Enqueue<'_>],
+        max_len: &(dyn Fn(&str) -> Option<u64> + Sync),
+    ) -> Vec<EnqueueResult> {
         let args = |item: &Enqueue<'_>, cmd: &mut redis::Pipeline| {
             let e = item.event;
-            cmd.arg(2)
+            cmd.arg(3)
                 .arg(self.keys.enqueued_marker(item.queue, e.id))
                 .arg(self.keys.stream(item.queue))
-                .arg(self.dedupe_ttl_secs);
+                .arg(self.keys.trimmed(item.queue))
+                .arg(self.dedupe_ttl_secs)
+                .arg(max_len(item.queue).unwrap_or(0))
+                .arg(TRIM_SLACK)
+                .arg(TRIM_LIMIT);
             for (name, value) in QueueEntry::encode(e) {
                 cmd.arg(name).arg(value);
             }
         };
-        self.script.run_all(items, &args).await
+        let trimmed = |item: &Enqueue<'_>, extra: &[redis::Value]| {
+            if let Some(trimmed) = parse_trimmed(extra) {
+                self.trims
+                    .report(item.queue, max_len(item.queue).unwrap_or(0), trimmed);
+            }
+        };
+        self.script.run_all_reporting(items, &args, &trimmed).await
     }
 }
 

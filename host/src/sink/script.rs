@@ -9,8 +9,9 @@
 //! loaded again and the entries that got `NOSCRIPT` run once more.
 //!
 //! The reply convention of every enqueue script: `{1, id}` added, `{0, id}` already there
-//! (nothing written), `{-1, error}` refused (nothing written). It never builds a key or an
-//! argument itself: the sink's `args` closure does.
+//! (nothing written), `{-1, error}` refused (nothing written); an added entry's reply may carry
+//! more values after the id (what the streams sink trimmed), handed to the sink as they are. It
+//! never builds a key or an argument itself: the sink's `args` closure does.
 
 use futures::stream::{self, StreamExt};
 use futures::FutureExt;
@@ -72,10 +73,25 @@ impl EnqueueScript {
     where
         F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
     {
+        self.run_all_reporting(items, args, &|_, _| {}).await
+    }
+
+    /// [`run_all`](Self::run_all), handing the values an added entry's reply carries after its
+    /// id to `extra`, with the item.
+    pub(super) async fn run_all_reporting<'a, F, X>(
+        &self,
+        items: &[Enqueue<'a>],
+        args: &F,
+        extra: &X,
+    ) -> Vec<EnqueueResult>
+    where
+        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        X: Fn(&Enqueue<'a>, &[Value]) + Sync,
+    {
         let pipelines: Vec<_> = items
             .chunks(PIPELINE_CHUNK)
             .enumerate()
-            .map(|(i, chunk)| self.run_chunk(chunk, args).map(move |r| (i, r)))
+            .map(|(i, chunk)| self.run_chunk(chunk, args, extra).map(move |r| (i, r)))
             .collect();
         let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(pipelines)
             .buffer_unordered(self.concurrency)
@@ -85,11 +101,17 @@ impl EnqueueScript {
         results.into_iter().flat_map(|(_, r)| r).collect()
     }
 
-    async fn run_chunk<'a, F>(&self, chunk: &[Enqueue<'a>], args: &F) -> Vec<EnqueueResult>
+    async fn run_chunk<'a, F, X>(
+        &self,
+        chunk: &[Enqueue<'a>],
+        args: &F,
+        extra: &X,
+    ) -> Vec<EnqueueResult>
     where
         F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
-        let mut results = self.run_pipeline(chunk, args).await;
+        let mut results = self.run_pipeline(chunk, args, extra).await;
         let missing: Vec<usize> = results
             .iter()
             .enumerate()
@@ -107,16 +129,22 @@ impl EnqueueScript {
         let again: Vec<Enqueue<'a>> = missing.iter().map(|&i| chunk[i].clone()).collect();
         for (i, result) in missing
             .into_iter()
-            .zip(self.run_pipeline(&again, args).await)
+            .zip(self.run_pipeline(&again, args, extra).await)
         {
             results[i] = result;
         }
         results
     }
 
-    async fn run_pipeline<'a, F>(&self, chunk: &[Enqueue<'a>], args: &F) -> Vec<EnqueueResult>
+    async fn run_pipeline<'a, F, X>(
+        &self,
+        chunk: &[Enqueue<'a>],
+        args: &F,
+        extra: &X,
+    ) -> Vec<EnqueueResult>
     where
         F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
         let mut pipe = redis::pipe();
         let hash = self.script.get_hash();
@@ -129,7 +157,7 @@ impl EnqueueScript {
             Ok(replies) if replies.len() == chunk.len() => chunk
                 .iter()
                 .zip(replies)
-                .map(|(item, reply)| self.parse_reply(item, reply))
+                .map(|(item, reply)| self.parse_reply(item, reply, extra))
                 .collect(),
             Ok(replies) => chunk
                 .iter()
@@ -147,13 +175,20 @@ impl EnqueueScript {
         }
     }
 
-    fn parse_reply(&self, item: &Enqueue<'_>, reply: Value) -> EnqueueResult {
+    fn parse_reply<'a, X>(&self, item: &Enqueue<'a>, reply: Value, extra: &X) -> EnqueueResult
+    where
+        X: Fn(&Enqueue<'a>, &[Value]),
+    {
         let text = |v: &Value| match v {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::SimpleString(s) => s.clone(),
             other => format!("{other:?}"),
         };
         match reply {
+            Value::Array(parts) if parts.len() > 2 && parts[0] == Value::Int(1) => {
+                extra(item, &parts[2..]);
+                EnqueueResult::Added(text(&parts[1]))
+            }
             Value::Array(parts) if parts.len() == 2 => match &parts[0] {
                 Value::Int(1) => EnqueueResult::Added(text(&parts[1])),
                 Value::Int(0) => EnqueueResult::AlreadyEnqueued(text(&parts[1])),
