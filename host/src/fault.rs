@@ -60,6 +60,14 @@ pub enum BlipKind {
     TryAgain,
     /// Redis Cluster `CLUSTERDOWN`.
     ClusterDown,
+    /// Redis Cluster `MOVED` or `ASK` that reached the caller: the slot's owner changed and the
+    /// client ran out of redirections (a primary that died, while the cluster fails over).
+    SlotMoved,
+    /// Redis Cluster: no connection to any node (every node unreachable).
+    ClusterUnreachable,
+    /// Redis Cluster: a write was not confirmed by the replicas in time (`WAIT`); it may be lost
+    /// if its primary dies now, so it is done again (every such write is idempotent).
+    NotReplicated,
     /// No pooled PostgreSQL connection within the acquire timeout.
     PoolTimedOut,
     /// The PostgreSQL pool was closed.
@@ -100,6 +108,9 @@ impl BlipKind {
             BlipKind::MasterDown => "masterdown",
             BlipKind::TryAgain => "tryagain",
             BlipKind::ClusterDown => "clusterdown",
+            BlipKind::SlotMoved => "slot_moved",
+            BlipKind::ClusterUnreachable => "cluster_unreachable",
+            BlipKind::NotReplicated => "not_replicated",
             BlipKind::PoolTimedOut => "pool_timed_out",
             BlipKind::PoolClosed => "pool_closed",
             BlipKind::ConnectionException => "connection_exception",
@@ -160,6 +171,8 @@ pub fn redis_blip(error: &redis::RedisError) -> Option<Blip> {
         K::MasterDown => BlipKind::MasterDown,
         K::TryAgain => BlipKind::TryAgain,
         K::ClusterDown => BlipKind::ClusterDown,
+        K::Moved | K::Ask => BlipKind::SlotMoved,
+        K::ClusterConnectionNotFound => BlipKind::ClusterUnreachable,
         // BUSY has no kind of its own in the redis crate: it arrives as an extension code.
         K::ExtensionError if error.code() == Some("BUSY") => BlipKind::Busy,
         _ => return None,
@@ -348,6 +361,24 @@ mod tests {
             redis_server(redis::ErrorKind::ClusterDown),
             Some(BlipKind::ClusterDown)
         );
+    }
+
+    #[test]
+    fn redis_cluster_redirections_reaching_the_caller_are_blips() {
+        assert_eq!(
+            redis_server(redis::ErrorKind::Moved),
+            Some(BlipKind::SlotMoved)
+        );
+        assert_eq!(
+            redis_server(redis::ErrorKind::Ask),
+            Some(BlipKind::SlotMoved)
+        );
+        assert_eq!(
+            redis_server(redis::ErrorKind::ClusterConnectionNotFound),
+            Some(BlipKind::ClusterUnreachable)
+        );
+        // A script or pipeline across slots is the host's bug or the config's, not a blip.
+        assert_eq!(redis_server(redis::ErrorKind::CrossSlot), None);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub mod publish;
 pub mod queue;
 pub mod receive;
 pub mod reconnect;
+pub mod redis_conn;
 pub mod routing;
 pub mod sink;
 pub mod store;
