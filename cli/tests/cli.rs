@@ -11,6 +11,7 @@ use sqlx::PgPool;
 mod cli {
     mod otlp;
     mod plugins_call;
+    mod queues;
 }
 
 fn database_url(db: &str) -> String {
@@ -363,6 +364,15 @@ fn text(out: &Output) -> (String, String) {
 fn cli_plugins_check_names_the_world_and_rejects_garbage() {
     let file = repo_path("plugins/dist/prefix-router.wasm");
     let out = outbox("postgres://unused", &["plugins", "check", &file]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(": ok (world router, outbox:plugin@0.2.0, sha256 "),
+        "{stdout}"
+    );
+    // A plugin built against the previous contract still checks, and says which one it uses.
+    let legacy = repo_path("plugins/dist/test/legacy-router.wasm");
+    let out = outbox("postgres://unused", &["plugins", "check", &legacy]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(

@@ -7,7 +7,7 @@ use super::{compile_file_offline, short_hash};
 
 /// `outbox plugins check FILE`: compile one `.wasm` file and check it against the world it
 /// exports, offline. Returns the one-line report
-/// (`FILE: ok (world router, outbox:plugin@0.1.0, sha256 <16 hex>, compiled in N ms)`).
+/// (`FILE: ok (world router, outbox:plugin@0.2.0, sha256 <16 hex>, compiled in N ms)`).
 /// CPU-heavy: call on a blocking thread.
 pub fn check_plugin_file(path: &std::path::Path) -> anyhow::Result<String> {
     let engine = PluginEngine::new()?;
