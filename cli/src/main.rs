@@ -150,6 +150,13 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Pause, resume and list the queues the host's receivers read: a paused queue's entries
+    /// wait in its stream (every host stops reading it within a second; running handlers
+    /// finish). Concurrency and rate limits are set in routes.toml's `[queues."NAME"]`.
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
     /// Show the audit trail: who ran which destructive command, when, on what, with what effect.
     Audit {
         /// Newest entries shown.
@@ -165,6 +172,30 @@ enum Command {
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum QueueCommand {
+    /// Pause a queue: receivers read no new entries until it is resumed (persisted; needs an
+    /// admin; audited).
+    Pause {
+        /// The queue (as routes.toml names it).
+        queue: String,
+        /// Why, shown by `outbox queue list` (one line, at most 500 characters).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Resume a paused queue (needs an admin; audited).
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// List the queues with their handler, pause, concurrency and rate limit.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -746,6 +777,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = store::connect(&config.settings.database_url, 2).await?;
             store::migrate(&pool).await?;
             ops::release_worker(&pool, &worker, force).await?;
+        }
+        Command::Queue { command } => {
+            let config = load_config_or_environment(&cli.config)?;
+            let pool = store::connect(&config.settings.database_url, 2).await?;
+            store::migrate(&pool).await?;
+            match command {
+                QueueCommand::Pause { queue, reason } => {
+                    ops::pause_queue(&pool, &config, &queue, reason.as_deref()).await?
+                }
+                QueueCommand::Resume { queue } => ops::resume_queue(&pool, &config, &queue).await?,
+                QueueCommand::List { json } => ops::list_queues(&pool, &config, json).await?,
+            }
         }
         Command::Audit { limit, json } => {
             let config = load_config_or_environment(&cli.config)?;

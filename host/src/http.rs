@@ -207,6 +207,16 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Bytes each stream queue takes in Redis, sampled (alerting host only).",
     ),
     (
+        "outbox_queue_paused",
+        MetricKind::Gauge,
+        "1 while a queue is paused (outbox queue pause), as this host last read it; 0 once resumed.",
+    ),
+    (
+        "outbox_queue_rate_limited_total",
+        MetricKind::Counter,
+        "Reads of a queue cut short by its rate limit (fewer entries may start than handlers are free).",
+    ),
+    (
         "outbox_queue_trimmed_total",
         MetricKind::Counter,
         "Entries trimmed from a stream queue by its max_len.",

@@ -150,6 +150,12 @@ impl QueueKeys {
         format!("{}outbox:trimmed:{}", self.prefix, queue)
     }
 
+    /// A queue's rate limit window (a hash: `opened`, `used`; expires with the window):
+    /// `{prefix}outbox:rate:{queue}`.
+    pub fn rate_limit(&self, queue: &str) -> String {
+        format!("{}outbox:rate:{}", self.prefix, queue)
+    }
+
     /// A queue's sorted set of delayed retries: `{prefix}outbox:retry:{queue}`.
     pub fn retry_set(&self, queue: &str) -> String {
         format!("{}outbox:retry:{}", self.prefix, queue)

@@ -285,9 +285,18 @@ async fn console_in_a_real_browser_requeues_replays_and_shows_a_rejected_reload(
         .contains("billing.charge -> outbox.mail"));
     browser.screenshot("plugins").await;
 
+    // A paused queue shows as paused, with who paused it and why.
+    store::pause_queue(&env.pool, "outbox.flaky", "ada", Some("console check"))
+        .await
+        .unwrap();
     browser.goto(&format!("{base}/console/workers")).await;
     assert!(browser.text("#hosts").await.contains("console-host"));
-    assert!(browser.text("#queues").await.contains("outbox.flaky"));
+    let queues = browser.text("#queues").await;
+    assert!(queues.contains("outbox.flaky"), "{queues}");
+    assert!(
+        queues.contains("paused by ada") && queues.contains("console check"),
+        "{queues}"
+    );
     browser.screenshot("workers").await;
 
     // Every action above is in the audit trail under the admin's name, previews as dry runs.

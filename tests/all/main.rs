@@ -21,6 +21,7 @@ mod max_len;
 mod ordering;
 mod plugins;
 mod publish;
+mod queue_controls;
 mod receive;
 mod receive_claims;
 mod reload;

@@ -12,6 +12,7 @@ mod contracts;
 mod dead_letter;
 mod demo;
 mod plugins;
+mod queues;
 mod repair;
 mod stats;
 mod trace;
@@ -25,6 +26,7 @@ pub use contracts::{
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use plugins::*;
+pub use queues::{list_queues, pause_queue, resume_queue};
 pub use repair::{repair_rows, RepairOptions};
 pub use stats::{describe_settings, explain_route, no_route_warning, print_stats};
 pub use trace::print_trace;

@@ -22,6 +22,7 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
     let workers = store::recent_workers(pool, 20).await?;
     let stale = store::stale_hosts(pool, store::STALE_HOST_AFTER).await?;
     let handlers = store::receipt_counts_by_handler(pool, 50).await?;
+    let paused = store::paused_queues(pool).await?;
     if json {
         out!(
             "{}",
@@ -34,6 +35,7 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
                 "queues_error": queues.as_ref().err().map(|e| format!("{e:#}")),
                 "workers": workers.iter().map(|w| serde_json::json!({"id": w.id, "host": w.host_name, "last_seen_seconds_ago": w.last_seen_seconds_ago, "stale": w.last_seen_seconds_ago > store::STALE_HOST_AFTER.as_secs_f64()})).collect::<Vec<_>>(),
                 "stale_hosts": stale,
+                "paused_queues": paused,
             })
         );
         return Ok(());
@@ -196,6 +198,16 @@ pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::
         }
         Ok(_) => {}
         Err(e) => eprintln!("warning: queues not shown: {e:#}"),
+    }
+    for p in &paused {
+        eprintln!(
+            "warning: queue {} is paused (since {}, by {}{}): its receivers read nothing new; `outbox queue resume {}` resumes it",
+            p.queue,
+            p.paused_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            p.paused_by,
+            p.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default(),
+            p.queue
+        );
     }
     if !workers.is_empty() {
         let mut t = Table::new();

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::routing::{RouteRule, RouteTable};
 
 pub use queues::{
-    BackoffKind, BullmqBackoff, BullmqOptions, JobData, KeepJobs, QueueSpec, SinkKind,
-    DEFAULT_BULLMQ_JOB_ID, DEFAULT_BULLMQ_PREFIX,
+    BackoffKind, BullmqBackoff, BullmqOptions, JobData, KeepJobs, QueueSpec, RateLimit, SinkKind,
+    DEFAULT_BULLMQ_JOB_ID, DEFAULT_BULLMQ_PREFIX, MAX_QUEUE_CONCURRENCY,
 };
 pub use settings::{
     FileSettings, SettingSource, Settings, ShownSetting, DEFAULT_MAX_PAYLOAD_BYTES,
@@ -384,6 +384,19 @@ impl RoutesFile {
     /// `[queues."NAME"] max_len` of `queue`, if set.
     pub fn max_len_of(&self, queue: &str) -> Option<u64> {
         self.queues.get(queue).and_then(|spec| spec.max_len)
+    }
+
+    /// `[queues."NAME"] concurrency` of `queue`, if set.
+    pub fn concurrency_of(&self, queue: &str) -> Option<usize> {
+        self.queues
+            .get(queue)
+            .and_then(|spec| spec.concurrency)
+            .map(|n| n as usize)
+    }
+
+    /// `[queues."NAME"] rate_limit` of `queue`, if set.
+    pub fn rate_limit_of(&self, queue: &str) -> Option<RateLimit> {
+        self.queues.get(queue).and_then(|spec| spec.rate_limit)
     }
 
     /// The BullMQ options of `queue` (the defaults when it has none).

@@ -68,6 +68,65 @@ pub struct QueueSpec {
     /// [`MAX_MAX_LEN`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_len: Option<u64>,
+    /// Streams queues: entries handled at once by each host's receiver of this queue
+    /// (`OUTBOX_RECEIVER_CONCURRENCY` when absent), 1 to [`MAX_QUEUE_CONCURRENCY`]. A reload
+    /// changes it on running receivers: a lower value takes effect as running handlers finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Streams queues: at most `max` handler runs start per `duration_ms`, counted in Redis
+    /// across every host (`rate_limit = { max = 100, duration_ms = 1000 }`). Entries beyond it
+    /// wait in the stream, unread. Off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// The most entries one receiver of a queue may handle at once (`concurrency`).
+pub const MAX_QUEUE_CONCURRENCY: u32 = 1024;
+
+/// `[queues."NAME"] rate_limit`: at most `max` handler starts per `duration_ms` window, for the
+/// whole queue (every host together). The window is fixed: it opens at the first start after
+/// the last one closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Starts per window, 1 to [`MAX_RATE_LIMIT_MAX`].
+    pub max: u32,
+    /// The window, [`MIN_RATE_LIMIT_WINDOW_MS`] to [`MAX_RATE_LIMIT_WINDOW_MS`] ms.
+    pub duration_ms: u64,
+}
+
+/// The most starts a rate limit window may allow.
+pub const MAX_RATE_LIMIT_MAX: u32 = 1_000_000;
+
+/// The shortest rate limit window: shorter ones are below what a Redis round trip and the
+/// receivers' read wait can keep.
+pub const MIN_RATE_LIMIT_WINDOW_MS: u64 = 100;
+
+/// The longest rate limit window: one day.
+pub const MAX_RATE_LIMIT_WINDOW_MS: u64 = 24 * 3600 * 1000;
+
+impl RateLimit {
+    /// Check the bounds; the message names the offending field.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_RATE_LIMIT_MAX).contains(&self.max) {
+            return Err(format!(
+                "rate_limit.max = {} is out of range: 1 to {MAX_RATE_LIMIT_MAX}",
+                self.max
+            ));
+        }
+        if !(MIN_RATE_LIMIT_WINDOW_MS..=MAX_RATE_LIMIT_WINDOW_MS).contains(&self.duration_ms) {
+            return Err(format!(
+                "rate_limit.duration_ms = {} is out of range: {MIN_RATE_LIMIT_WINDOW_MS} to {MAX_RATE_LIMIT_WINDOW_MS} (a day)",
+                self.duration_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// `100 per 1000 ms`, for `outbox queue list` and `stats`.
+    pub fn summary(&self) -> String {
+        format!("{} per {} ms", self.max, self.duration_ms)
+    }
 }
 
 /// The smallest `max_len`: Redis trims whole stream nodes (100 entries by default), so a
@@ -101,6 +160,28 @@ impl QueueSpec {
                     "max_len = {max_len} is out of range: {MIN_MAX_LEN} to {MAX_MAX_LEN} entries"
                 ));
             }
+        }
+        if let Some(n) = self.concurrency {
+            if self.sink == SinkKind::Bullmq {
+                return Err(
+                    "concurrency applies to streams queues (the host's receivers); BullMQ workers set their own"
+                        .into(),
+                );
+            }
+            if !(1..=MAX_QUEUE_CONCURRENCY).contains(&n) {
+                return Err(format!(
+                    "concurrency = {n} is out of range: 1 to {MAX_QUEUE_CONCURRENCY}"
+                ));
+            }
+        }
+        if let Some(limit) = &self.rate_limit {
+            if self.sink == SinkKind::Bullmq {
+                return Err(
+                    "rate_limit applies to streams queues (the host's receivers); BullMQ workers take a limiter of their own"
+                        .into(),
+                );
+            }
+            limit.check()?;
         }
         match self.sink {
             SinkKind::Streams => {
@@ -498,6 +579,50 @@ mod tests {
             sink: SinkKind::Bullmq,
             bullmq: Some(options),
             ..QueueSpec::default()
+        }
+    }
+
+    #[test]
+    fn queue_concurrency_and_rate_limits_out_of_range_or_on_bullmq_are_rejected() {
+        let streams = |concurrency, rate_limit| QueueSpec {
+            concurrency,
+            rate_limit,
+            ..QueueSpec::default()
+        };
+        let limit = |max, duration_ms| Some(RateLimit { max, duration_ms });
+        assert!(streams(Some(1), limit(1, 100)).check(None).is_ok());
+        assert!(streams(Some(1024), limit(1_000_000, 86_400_000))
+            .check(None)
+            .is_ok());
+        for (spec, wanted) in [
+            (streams(Some(0), None), "concurrency = 0 is out of range"),
+            (
+                streams(Some(1025), None),
+                "concurrency = 1025 is out of range",
+            ),
+            (streams(None, limit(0, 1000)), "rate_limit.max = 0"),
+            (streams(None, limit(5, 99)), "rate_limit.duration_ms = 99"),
+            (
+                streams(None, limit(5, 86_400_001)),
+                "rate_limit.duration_ms = 86400001",
+            ),
+            (
+                QueueSpec {
+                    concurrency: Some(4),
+                    ..bullmq(BullmqOptions::default())
+                },
+                "concurrency applies to streams queues",
+            ),
+            (
+                QueueSpec {
+                    rate_limit: limit(5, 1000),
+                    ..bullmq(BullmqOptions::default())
+                },
+                "rate_limit applies to streams queues",
+            ),
+        ] {
+            let err = spec.check(None).unwrap_err();
+            assert!(err.contains(wanted), "{err}");
         }
     }
 

@@ -121,6 +121,8 @@ struct QueueRow {
     sink: SinkKind,
     handler: Option<String>,
     groups: Vec<String>,
+    /// Paused (`outbox queue pause`): since when, by whom, why; or why it could not be read.
+    paused: Result<Option<store::QueuePause>, String>,
     backlog: Result<QueueBacklog, String>,
 }
 
@@ -132,6 +134,7 @@ async fn queue_rows(console: &Console) -> Vec<QueueRow> {
     };
     let routes = live.routes.load_full();
     let names = routes.queue_names();
+    let paused = within_limit(store::paused_queues(&console.inner.pool)).await;
     let backlogs = match console.redis().await {
         Ok(mut conn) => {
             let keys = QueueKeys::from_settings(&console.inner.settings);
@@ -156,6 +159,10 @@ async fn queue_rows(console: &Console) -> Vec<QueueRow> {
                 .filter(|(_, members)| members.contains(queue))
                 .map(|(g, _)| g.clone())
                 .collect(),
+            paused: match &paused {
+                Ok(all) => Ok(all.iter().find(|p| &p.queue == queue).cloned()),
+                Err(e) => Err(e.clone()),
+            },
             backlog: match &backlogs {
                 Ok(all) => all.get(i).cloned().ok_or_else(|| "not read".to_string()),
                 Err(e) => Err(e.clone()),
@@ -171,12 +178,17 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
             p { "No queue is named by the routes in force." }
         } @else {
             table #queues {
-                tr { th { "queue" } th { "sink" } th { "handler" } th { "queue groups" } th.num { "length / waiting" } th.num { "pending (unacked)" } th.num { "consumer lag" } th.num { "dead letters" } th.num { "oldest unfinished" } th { "BullMQ active / delayed / completed / failed" } }
+                tr { th { "queue" } th { "sink" } th { "handler" } th { "queue groups" } th { "state" } th.num { "length / waiting" } th.num { "pending (unacked)" } th.num { "consumer lag" } th.num { "dead letters" } th.num { "oldest unfinished" } th { "BullMQ active / delayed / completed / failed" } }
                 @for row in rows {
                     tr {
                         td { (row.queue) } td { (row.sink.as_str()) }
                         td { (row.handler.as_deref().unwrap_or("–")) }
                         td { (if row.groups.is_empty() { "–".to_string() } else { row.groups.join(", ") }) }
+                        @match &row.paused {
+                            Ok(Some(p)) => td.paused { "paused by " (p.paused_by) " " (ago((chrono::Utc::now() - p.paused_at).num_seconds().max(0) as f64)) @if let Some(r) = &p.reason { ": " (r) } }
+                            Ok(None) => td { "running" }
+                            Err(e) => td.error { (e) }
+                        }
                         @match &row.backlog {
                             Ok(b) => {
                                 @let c = b.consumers;

@@ -1,6 +1,8 @@
 //! Consume: the loop that reads one queue and hands each entry to a handler task.
 //!
-//! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency,
+//! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency
+//! (the queue's `concurrency`, followed across reloads), reading nothing while the queue is
+//! paused and no more than its rate limit lets start (see `controls`),
 //! the stream ids handed to a handler task of this loop and not finished yet ([`InFlight`]),
 //! when housekeeping runs, reconnecting with backoff, and how a stopping receiver waits for its
 //! running handlers (all of them when its queue lost its handler, the shutdown grace at
@@ -17,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::controls::{Concurrency, Starts};
 use super::ordering::{KeyLanes, MAX_HELD_BACK};
 use super::{ClaimAhead, QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
@@ -99,7 +101,8 @@ impl Drop for InFlightGuard {
 /// The handler tasks of one receiver loop: the concurrency permits, the tasks, and the stream
 /// ids they handle.
 pub(super) struct Handling {
-    permits: Arc<Semaphore>,
+    /// The handler permits, sized to the queue's concurrency.
+    concurrency: Concurrency,
     tasks: tokio::task::JoinSet<()>,
     in_flight: Arc<InFlight>,
     /// On an ordered queue: the entries of each ordering key, one running at a time.
@@ -110,7 +113,7 @@ impl Handling {
     /// At most `concurrency` handler tasks at once.
     pub(super) fn new(concurrency: usize) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(concurrency)),
+            concurrency: Concurrency::new(concurrency),
             tasks: tokio::task::JoinSet::new(),
             in_flight: Arc::default(),
             lanes: Arc::default(),
@@ -153,7 +156,10 @@ impl Receivers {
         }
         let _receiving = self.receiving_guard(&queue);
         tracing::info!(%queue, consumer = %self.consumer, "receiver started");
-        let mut handling = Handling::new(self.settings.receiver_concurrency);
+        let mut handling = Handling::new(self.concurrency_of(&queue));
+        if !self.pauses.first_read().await {
+            tracing::warn!(%queue, "cannot read the queue pauses (PostgreSQL unreachable?); reading the queue, a pause applies once it is read");
+        }
         if self.live.routes.load().is_ordered(&queue) {
             // Entries waiting for a retry keep their keys blocked across a restart.
             match self.block_keys_in_retry_set(&queue, &handling.lanes).await {
@@ -172,13 +178,31 @@ impl Receivers {
         let mut recover = false;
         while !stop.is_cancelled() {
             while handling.tasks.try_join_next().is_some() {}
+            let paused = self.pauses.is_paused(&queue);
             if last_housekeeping.elapsed()
                 >= (self.settings.receiver_lease / 4).min(Duration::from_secs(5))
             {
                 last_housekeeping = Instant::now();
-                if let Err(e) = self.housekeeping(&queue, &mut handling).await {
+                if let Err(e) = self.housekeeping(&queue, &mut handling, paused).await {
                     tracing::warn!(%queue, error = %e, "receiver housekeeping failed");
                 }
+            } else if self
+                .retries_due
+                .take_due(&queue, chrono::Utc::now().timestamp_millis())
+            {
+                if let Err(e) = self.move_due_retries(&queue).await {
+                    tracing::warn!(%queue, error = %e, "moving due retries failed; the next housekeeping round moves them");
+                }
+            }
+            let limit = self.concurrency_of(&queue);
+            if handling.concurrency.resize(limit) {
+                tracing::debug!(%queue, concurrency = limit, "receiver concurrency changed");
+            }
+            if paused {
+                // Read nothing new; running handlers finish. Housekeeping still moves due
+                // retries into the stream, where they wait like every other entry.
+                self.pauses.changed_within(READ_BLOCK, &stop).await;
+                continue;
             }
             let released = handling.lanes.expired(Instant::now());
             if !released.is_empty() {
@@ -228,22 +252,57 @@ impl Receivers {
             } else {
                 // Read only once a handler task can start: what is read is claimed and handled at
                 // once, a group per read, instead of one entry read ahead and left waiting.
-                if handling.permits.available_permits() == 0 {
+                let permits = handling.concurrency.permits().clone();
+                if permits.available_permits() == 0 {
                     tokio::select! {
                         _ = stop.cancelled() => break,
-                        _ = handling.permits.acquire() => {}
+                        _ = permits.acquire() => {}
                     }
                 }
-                let available = handling.permits.available_permits().max(1);
+                let mut available = permits.available_permits().max(1);
+                // Under a rate limit, read only as many entries as may start now.
+                let starts = match self.take_starts(&queue, available).await {
+                    Ok(starts) => starts,
+                    Err(e) => {
+                        let give_up = backoff
+                            .failed_with(fault::redis_blip(&e), &stop, |_| {
+                                tracing::error!(%queue, error = %e, "cannot take from the queue's rate limit; retrying")
+                            })
+                            .await;
+                        if give_up {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                if let Some(starts) = &starts {
+                    if starts.granted == 0 {
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(starts.closes_in.clamp(Duration::from_millis(10), READ_BLOCK)) => {}
+                        }
+                        continue;
+                    }
+                    available = starts.granted;
+                }
                 let opts = StreamReadOptions::default()
                     .group(CONSUMER_GROUP, &self.consumer)
                     .count(available)
                     .block(READ_BLOCK.as_millis() as usize);
                 let keys = [&key];
-                tokio::select! {
-                    _ = stop.cancelled() => break,
+                let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
+                    _ = stop.cancelled() => {
+                        self.refund_starts(&queue, starts.as_ref(), 0).await;
+                        break;
+                    }
                     r = connection.xread_options(&keys, &[">"], &opts) => r,
-                }
+                };
+                let used = match &read {
+                    Ok(Some(reply)) => reply.keys.iter().map(|k| k.ids.len()).sum(),
+                    _ => 0,
+                };
+                self.refund_starts(&queue, starts.as_ref(), used).await;
+                read
             };
             match read {
                 Ok(reply) => {
@@ -297,6 +356,49 @@ impl Receivers {
             let _ = tokio::time::timeout(self.settings.shutdown_grace, finished).await;
         }
         tracing::info!(%queue, "receiver stopped");
+    }
+
+    /// The handler concurrency of `queue`: its `[queues."NAME"] concurrency`, or
+    /// `OUTBOX_RECEIVER_CONCURRENCY`.
+    fn concurrency_of(&self, queue: &str) -> usize {
+        self.live
+            .routes
+            .load()
+            .concurrency_of(queue)
+            .unwrap_or(self.settings.receiver_concurrency)
+    }
+
+    /// Up to `want` starts from `queue`'s rate limit window; `None` when it has no limit.
+    async fn take_starts(&self, queue: &str, want: usize) -> redis::RedisResult<Option<Starts>> {
+        let Some(limit) = self.live.routes.load().rate_limit_of(queue) else {
+            return Ok(None);
+        };
+        let mut conn = self.conn.clone();
+        let starts = self
+            .rate_limiter
+            .take(&mut conn, &self.keys, queue, limit, want)
+            .await?;
+        if starts.granted < want {
+            metrics::counter!("outbox_queue_rate_limited_total", "queue" => queue.to_string())
+                .increment(1);
+        }
+        Ok(Some(starts))
+    }
+
+    /// Give back the starts a read did not use (it returned `used` entries).
+    async fn refund_starts(&self, queue: &str, starts: Option<&Starts>, used: usize) {
+        let Some(starts) = starts else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        if let Err(e) = self
+            .rate_limiter
+            .refund(&mut conn, &self.keys, queue, starts, used)
+            .await
+        {
+            // The window closes on its own: the limit is only stricter until then.
+            tracing::debug!(%queue, error = %e, "could not give back unused rate limit starts");
+        }
     }
 
     /// Hand this consumer's own pending entries on `queue` that no handler task of this loop
@@ -406,11 +508,12 @@ impl Receivers {
         let mut group = Vec::new();
         while let Some(first) = entries.next() {
             // The semaphore is never closed, so acquiring only waits.
-            let Ok(permit) = handling.permits.clone().acquire_owned().await else {
+            let permits = handling.concurrency.permits().clone();
+            let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
             group.push((first, permit));
-            while let Ok(permit) = handling.permits.clone().try_acquire_owned() {
+            while let Ok(permit) = permits.clone().try_acquire_owned() {
                 let Some(next) = entries.next() else {
                     break;
                 };

@@ -1,6 +1,7 @@
 //! Housekeeping: the periodic chores of one queue's receiver.
 //!
-//! Owns moving due retries from the retry set back into the stream, reclaiming entries a
+//! Owns moving due retries from the retry set back into the stream (noting when the next is
+//! due), reclaiming entries a
 //! consumer held past the receiver lease (`XAUTOCLAIM`), and trimming the stream below what
 //! every consumer group still needs. It never trims what a group has not acknowledged and never
 //! runs a handler itself: reclaimed entries go back through the consumer.
@@ -12,14 +13,22 @@ use super::consume::Handling;
 use super::{ctx, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
 
 /// Move due retries back into the stream: KEYS[1] retry set, KEYS[2] stream; ARGV[1] now (ms).
+/// Returns {moved, the next retry's due time in ms or -1}.
 const MOVE_DUE_LUA: &str = r#"
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
 for _, member in ipairs(due) do
   redis.call('ZREM', KEYS[1], member)
   redis.call('XADD', KEYS[2], '*', unpack(cjson.decode(member)))
 end
-return #due
+local next = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if next[2] then
+  return {#due, math.floor(tonumber(next[2]))}
+end
+return {#due, -1}
 "#;
+
+/// Due retries moved per script call; more are moved on the next call at once.
+const MOVE_DUE_BATCH: i64 = 100;
 
 /// The script that moves due retries back into a stream.
 pub(super) fn move_due_script() -> redis::Script {
@@ -27,25 +36,44 @@ pub(super) fn move_due_script() -> redis::Script {
 }
 
 impl Receivers {
-    /// One round of chores on `queue`: move due retries, reclaim and handle stale entries,
-    /// trim acknowledged ones.
-    pub(super) async fn housekeeping(
-        &self,
-        queue: &str,
-        handling: &mut Handling,
-    ) -> Result<(), ReceiveError> {
-        let key = self.keys.stream(queue);
+    /// Move `queue`'s due retries back into its stream, and note when the next one is due
+    /// (the receiver moves it then, not at the next housekeeping round). Returns how many
+    /// moved.
+    pub(super) async fn move_due_retries(&self, queue: &str) -> Result<i64, ReceiveError> {
         let mut conn = self.conn.clone();
         let now_ms = chrono::Utc::now().timestamp_millis();
-        let _: i64 = ctx(
+        let (moved, next_due): (i64, i64) = ctx(
             self.move_due
                 .key(self.keys.retry_set(queue))
-                .key(&key)
+                .key(self.keys.stream(queue))
                 .arg(now_ms)
                 .invoke_async(&mut conn)
                 .await,
             || format!("move due retries of {queue}"),
         )?;
+        if moved >= MOVE_DUE_BATCH {
+            self.retries_due.note(queue, now_ms);
+        } else if next_due >= 0 {
+            self.retries_due.note(queue, next_due);
+        }
+        Ok(moved)
+    }
+
+    /// One round of chores on `queue`: move due retries, reclaim and handle stale entries
+    /// (not while the queue is `paused`: they wait, pending, until it resumes), trim
+    /// acknowledged ones.
+    pub(super) async fn housekeeping(
+        &self,
+        queue: &str,
+        handling: &mut Handling,
+        paused: bool,
+    ) -> Result<(), ReceiveError> {
+        let key = self.keys.stream(queue);
+        let mut conn = self.conn.clone();
+        self.move_due_retries(queue).await?;
+        if paused {
+            return trim_acknowledged(&mut conn, &key).await;
+        }
         // Entries a dead (or stalled) consumer held longer than the lease.
         let reply: redis::Value = ctx(
             redis::cmd("XAUTOCLAIM")

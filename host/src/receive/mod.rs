@@ -9,7 +9,8 @@
 //! (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker kept
 //! for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by the
 //! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
-//! in `invoke`;
+//! in `invoke`; pauses, per-queue concurrency, the rate limit and when the next retry is due
+//! in `controls`;
 //! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
 //! `housekeeping`; taking the entries of a host whose heartbeat stopped before that lease in
 //! `takeover`; on queues marked ordered, one entry of an ordering key at a time (a retried
@@ -41,6 +42,7 @@ use crate::reconnect::retry_blips;
 
 mod blips;
 mod consume;
+mod controls;
 mod dead_letter;
 mod housekeeping;
 mod invoke;
@@ -153,6 +155,12 @@ pub struct Receivers {
     dead_hosts: Arc<takeover::DeadHosts>,
     /// Keeps this process's receipt writer running.
     receipts: ReceiptWriterHandle,
+    /// Which queues are paused (followed from PostgreSQL).
+    pauses: controls::QueuePauses,
+    /// The queues' rate limit windows.
+    rate_limiter: Arc<controls::RateLimiter>,
+    /// When each queue's next retry scheduled here is due.
+    retries_due: Arc<controls::RetriesDue>,
     /// Queue -> receiver loops running on it in this process.
     receiving: Arc<Mutex<BTreeMap<String, usize>>>,
 }
@@ -213,6 +221,7 @@ impl Receivers {
         ));
         let keys = QueueKeys::from_settings(&settings);
         let consumer = consumer.into();
+        let pauses = controls::QueuePauses::spawn(pool.clone());
         let receipts = spawn_receipt_writer(
             pool,
             redis_client.clone(),
@@ -239,6 +248,9 @@ impl Receivers {
             take_over: Arc::new(takeover::take_over_script()),
             dead_hosts: Arc::default(),
             receipts,
+            pauses,
+            rate_limiter: Arc::new(controls::RateLimiter::new()),
+            retries_due: Arc::default(),
             receiving: Arc::default(),
         })
     }

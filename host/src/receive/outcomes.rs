@@ -576,7 +576,7 @@ impl Receivers {
             .await;
         match r.map(Settled::from_reply) {
             Ok(Settled::LostClaim) => return self.lost_claim(queue, claim, "retry"),
-            Ok(Settled::Recorded) => {}
+            Ok(Settled::Recorded) => self.retries_due.note(queue, due),
             Err(e) => {
                 tracing::error!(%queue, event_id = claim.event_id, error = %e, "could not schedule the retry; the entry will be redelivered");
             }

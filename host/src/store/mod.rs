@@ -21,6 +21,7 @@ mod access;
 mod console;
 mod hosts;
 mod operator;
+mod queues;
 mod repair;
 mod trace;
 
@@ -28,6 +29,7 @@ pub use access::*;
 pub use console::*;
 pub use hosts::*;
 pub use operator::*;
+pub use queues::*;
 pub use repair::*;
 pub use trace::*;
 
