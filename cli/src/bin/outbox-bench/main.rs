@@ -2,7 +2,8 @@
 //! measured in the same run: dispatch against the SQL limit, end to end against graphile-worker,
 //! dispatch with ordering keys against the same events without them, commit-to-enqueue
 //! latency, the router plugin against the native table, fresh instantiation, receiver throughput, the capability check in WebAssembly against Rust, host memory over a
-//! million events, and the claim's cost with few and many finished rows.
+//! million events, the claim's cost with few and many finished rows, and dispatch and the empty
+//! claim after millions of events passed through the table.
 //!
 //! `scripts/bench.sh` (release build, plugins, graphile-worker baseline) or
 //! `cargo run --release -p outbox-cli --bin outbox-bench` from the repository root (PostgreSQL
@@ -24,11 +25,14 @@ use outbox_host::config::Config;
 use serde::Serialize;
 
 mod bullmq;
+mod churn;
 mod claim_cost;
 mod common;
 mod console;
 mod dispatch;
 mod e2e;
+mod host_process;
+mod hosts;
 mod latency;
 mod ordered;
 mod plugins;
@@ -88,6 +92,20 @@ struct Args {
     /// Claims timed in each claim-cost case (the median is reported).
     #[arg(long, default_value_t = 20)]
     claim_samples: usize,
+    /// Events dispatched (and then claims with nothing due timed) at each point of the churn
+    /// section's curve.
+    #[arg(long, default_value_t = 100_000)]
+    churn_probe: i64,
+    /// Events through the table (cumulative) at which the churn section measures again, against
+    /// the fresh table, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    churn_checkpoints: Vec<i64>,
+    /// Host counts the hosts section runs, comma-separated (1 to 4 `outbox run` processes).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    hosts: Vec<usize>,
+    /// Events each run of the hosts section dispatches.
+    #[arg(long, default_value_t = 200_000)]
+    hosts_events: i64,
     /// Events dispatched in each run of the ordered section.
     #[arg(long, default_value_t = 20_000)]
     ordered_events: i64,
@@ -129,8 +147,14 @@ enum Section {
     E2e,
     /// Claim cost with few and with many finished rows in the table.
     ClaimCost,
+    /// Dispatch throughput and the empty claim after many events passed through the table
+    /// (dead row versions, autovacuum only), against a fresh table.
+    Churn,
     /// Resident memory of an `outbox run` process over many events.
     Rss,
+    /// One, two and three `outbox run` processes on one database: throughput, each host's
+    /// share, where the CPU goes.
+    Hosts,
     /// Dispatch throughput with ordering keys against the same events without them.
     Ordered,
     /// Dispatch throughput into BullMQ's job format against the same events into a stream.
@@ -156,6 +180,7 @@ async fn main() -> anyhow::Result<()> {
         || run(Section::Latency)
         || run(Section::Ordered)
         || run(Section::Bullmq)
+        || run(Section::Churn)
     {
         true => Some(common::serving_router(&config, &settings).await?),
         false => None,
@@ -190,8 +215,14 @@ async fn main() -> anyhow::Result<()> {
     if run(Section::ClaimCost) {
         claim_cost::run(&args, &mut report, &pool, &settings).await?;
     }
+    if let (true, Some(router)) = (run(Section::Churn), &serving) {
+        churn::run(&args, &mut report, &pool, &settings, router).await?;
+    }
     if run(Section::Console) {
         console::run(&args, &mut report, &config, &pool, &settings).await?;
+    }
+    if run(Section::Hosts) {
+        hosts::run(&args, &mut report, &config, &pool, &settings).await?;
     }
     if run(Section::Rss) {
         rss::run(&args, &mut report, &config, &pool, &settings).await?;

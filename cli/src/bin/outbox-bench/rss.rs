@@ -5,8 +5,6 @@
 //! The bench only starts, watches and stops the process; it trims the queue stream (which nobody
 //! consumes here) so Redis memory stays bounded, which the host's memory does not depend on.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -15,10 +13,9 @@ use outbox_host::queue::QueueKeys;
 use redis::streams::StreamMaxlen;
 use redis::AsyncCommands as _;
 use sqlx::PgPool;
-use tokio::io::AsyncBufReadExt as _;
-use tokio::process::{Child, Command};
 
 use crate::common::{clear_redis, prepare, redis_connection};
+use crate::host_process::{outbox_binary, HostProcess};
 use crate::report::Report;
 use crate::Args;
 
@@ -51,20 +48,14 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let n = args.rss_events;
     anyhow::ensure!(n >= 10, "--rss-events must be at least 10");
-    let exe = std::env::current_exe()
-        .context("locate outbox-bench")?
-        .with_file_name("outbox");
-    if !exe.is_file() {
+    let Some(exe) = outbox_binary()? else {
         report.skip(
             "rss",
             "host memory",
-            format!(
-                "{} not found: build it next to outbox-bench (cargo build --release -p outbox-cli)",
-                exe.display()
-            ),
+            "the outbox binary is not next to outbox-bench: build it (cargo build --release -p outbox-cli)".to_string(),
         );
         return Ok(());
-    }
+    };
     report.say(format_args!(
         "host memory: {} run --dispatcher-only, {n} pre-inserted mail.welcome events, batch {}",
         exe.display(),
@@ -77,16 +68,14 @@ pub(crate) async fn run(
         filled.elapsed().as_secs_f64()
     ));
 
-    let mut child = spawn_host(&exe, config.path.as_deref(), settings)?;
-    let pid = child.id().context("the outbox process has no pid")?;
-    let stderr_tail = collect_stderr(&mut child);
-    let result = watch(report, &mut child, pid, pool, settings, n).await;
-    let peak_kb = read_status_kb(pid, "VmHWM:").unwrap_or(0);
-    stop(&mut child, pid).await;
+    let mut host = HostProcess::spawn(&exe, config.path.as_deref(), settings)?;
+    let result = watch(report, &mut host, pool, settings, n).await;
+    let peak_kb = host.status_kb("VmHWM:").unwrap_or(0);
+    let tail = host.stderr_tail();
+    host.stop().await;
     let samples = match result {
         Ok(samples) => samples,
         Err(e) => {
-            let tail = stderr_tail.lock().map(|t| t.join("\n")).unwrap_or_default();
             return Err(e.context(format!("outbox run (last lines of its stderr):\n{tail}")));
         }
     };
@@ -156,60 +145,10 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// `outbox run --dispatcher-only` on the bench database and prefix, HTTP off, the bench's batch.
-fn spawn_host(
-    exe: &Path,
-    config_path: Option<&Path>,
-    settings: &Settings,
-) -> anyhow::Result<Child> {
-    let mut command = Command::new(exe);
-    if let Some(path) = config_path {
-        command.arg("--config").arg(path);
-    }
-    command
-        .args(["run", "--dispatcher-only"])
-        .env("DATABASE_URL", &settings.database_url)
-        .env("OUTBOX_REDIS_PREFIX", &settings.redis_prefix)
-        .env("OUTBOX_HTTP_ADDR", "")
-        .env(
-            "OUTBOX_DISPATCH_BATCH_SIZE",
-            settings.dispatch_batch_size.to_string(),
-        )
-        .env("OUTBOX_PLUGIN_DIR", &settings.plugin_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    command
-        .spawn()
-        .with_context(|| format!("start {}", exe.display()))
-}
-
-/// Keep the last 20 lines of the child's stderr (drained so it never blocks on a full pipe).
-fn collect_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
-    let tail = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    if let Some(stderr) = child.stderr.take() {
-        let tail = tail.clone();
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(mut tail) = tail.lock() {
-                    if tail.len() == 20 {
-                        tail.remove(0);
-                    }
-                    tail.push(line);
-                }
-            }
-        });
-    }
-    tail
-}
-
 /// Sample memory and progress until all `n` events are done.
 async fn watch(
     report: &Report,
-    child: &mut Child,
-    pid: u32,
+    host: &mut HostProcess,
     pool: &PgPool,
     settings: &Settings,
     n: i64,
@@ -222,10 +161,8 @@ async fn watch(
     let mut next_progress = 0.1;
     let mut last_trim = Instant::now();
     loop {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("the outbox process exited early ({status})");
-        }
-        let rss_kb = read_status_kb(pid, "VmRSS:").context("read VmRSS")?;
+        host.ensure_running()?;
+        let rss_kb = host.status_kb("VmRSS:").context("read VmRSS")?;
         let remaining: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM outbox_event WHERE status IN ('pending', 'processing')",
         )
@@ -260,37 +197,5 @@ async fn watch(
             last_trim = Instant::now();
         }
         tokio::time::sleep(SAMPLE_EVERY).await;
-    }
-}
-
-/// A `kB` field of `/proc/PID/status` (`VmRSS:`, `VmHWM:`).
-fn read_status_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
-    let path = PathBuf::from(format!("/proc/{pid}/status"));
-    let status =
-        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .with_context(|| format!("no {field} in {}", path.display()))?;
-    line[field.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .with_context(|| format!("parse {line:?}"))
-}
-
-/// SIGTERM (orderly shutdown, as an operator stops it), then SIGKILL after 30 s.
-async fn stop(child: &mut Child, pid: u32) {
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .await;
-    if tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .is_err()
-    {
-        let _ = child.kill().await;
     }
 }

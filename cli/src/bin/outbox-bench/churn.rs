@@ -1,0 +1,185 @@
+//! Churn section: whether the claim stays flat as events pass through the table. Events go
+//! through the real dispatcher (claim, route, enqueue, record: the row versions and dead index
+//! entries production leaves) in chunks, with no `VACUUM` by the bench, only what the
+//! database's autovacuum does with the table's own settings. At each checkpoint
+//! (`--churn-checkpoints`, cumulative events through the table) the section times the
+//! dispatcher on `--churn-probe` fresh events and the empty claim (nothing due), against the
+//! same two measured on a freshly created, vacuumed table first. The rows finished stay in the
+//! table (as within the retention period); Redis is cleared between chunks.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use outbox_host::config::Settings;
+use outbox_host::routing::RouterHandle;
+use outbox_host::store;
+use sqlx::PgPool;
+
+use crate::common::{clear_redis, host_throughput};
+use crate::report::Report;
+use crate::Args;
+
+/// Events inserted and dispatched at once while churning.
+const CHUNK: i64 = 200_000;
+
+/// Empty claims timed per measurement (the median is reported).
+const EMPTY_CLAIMS: usize = 21;
+
+/// What one point of the curve measured.
+struct Point {
+    /// Events through the table before it.
+    passed: i64,
+    /// Dispatcher events/s on the probe.
+    rate: f64,
+    /// Median ms of a claim finding nothing due.
+    empty_claim_ms: f64,
+    /// Dead tuples of `outbox_event` right after the probe (`pg_stat_user_tables`).
+    dead_tuples: i64,
+    /// Size of the claim index, bytes.
+    claim_index_bytes: i64,
+}
+
+/// The curve: fresh, then each checkpoint; figures against the fresh table.
+pub(crate) async fn run(
+    args: &Args,
+    report: &mut Report,
+    pool: &PgPool,
+    settings: &Settings,
+    router: &RouterHandle,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(args.churn_probe > 0, "--churn-probe must be at least 1");
+    let mut checkpoints = args.churn_checkpoints.clone();
+    checkpoints.sort_unstable();
+    checkpoints.dedup();
+    report.say(format_args!(
+        "churn: the dispatcher on {} fresh events and the empty claim, on a fresh table and after {} events went through it (no manual VACUUM)",
+        args.churn_probe,
+        checkpoints
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
+        .execute(pool)
+        .await
+        .context("truncate outbox_event")?;
+    sqlx::query("VACUUM ANALYZE outbox_event")
+        .execute(pool)
+        .await
+        .context("vacuum outbox_event")?;
+    let fresh = probe(args, report, pool, settings, router, 0).await?;
+    let mut passed = args.churn_probe;
+    let mut points = Vec::new();
+    for checkpoint in checkpoints {
+        let started = Instant::now();
+        while passed < checkpoint {
+            let chunk = CHUNK.min(checkpoint - passed);
+            insert_pending(pool, chunk).await?;
+            host_throughput(pool, settings, router.clone(), chunk).await?;
+            clear_redis(settings).await?;
+            passed += chunk;
+        }
+        report.say(format_args!(
+            "  {passed} events through the table ({:.0} s of churn)",
+            started.elapsed().as_secs_f64()
+        ));
+        let point = probe(args, report, pool, settings, router, passed).await?;
+        passed += args.churn_probe;
+        points.push(point);
+    }
+    for point in &points {
+        report
+            .figure(
+                "churn",
+                "churn.rate",
+                format!(
+                    "dispatch of {} events after {} passed through the table",
+                    args.churn_probe, point.passed
+                ),
+                point.rate,
+                "events/s",
+            )
+            .against("churn.rate_fresh", "on a fresh table", fresh.rate)
+            .ratio_at_least(0.9);
+        report
+            .figure(
+                "churn",
+                "churn.empty_claim",
+                format!(
+                    "claim with nothing due after {} events ({} dead tuples, claim index {} MB)",
+                    point.passed,
+                    point.dead_tuples,
+                    point.claim_index_bytes / (1 << 20)
+                ),
+                point.empty_claim_ms,
+                "ms",
+            )
+            .against(
+                "churn.empty_claim_fresh",
+                "on a fresh table",
+                fresh.empty_claim_ms,
+            );
+    }
+    sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
+        .execute(pool)
+        .await
+        .context("empty outbox_event after the churn section")?;
+    Ok(())
+}
+
+/// Insert `n` pending `mail.welcome` events (one statement).
+async fn insert_pending(pool: &PgPool, n: i64) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, tenant_id)
+         SELECT 'mail.welcome', jsonb_build_object('user', g, 'text', 'hello, welcome aboard'), 'tenant-' || (g % 10)
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .with_context(|| format!("insert {n} pending events"))?;
+    Ok(())
+}
+
+/// Dispatch `--churn-probe` new events and time empty claims.
+async fn probe(
+    args: &Args,
+    report: &mut Report,
+    pool: &PgPool,
+    settings: &Settings,
+    router: &RouterHandle,
+    passed: i64,
+) -> anyhow::Result<Point> {
+    insert_pending(pool, args.churn_probe).await?;
+    let rate = host_throughput(pool, settings, router.clone(), args.churn_probe).await?;
+    clear_redis(settings).await?;
+    let lease = Duration::from_secs(300);
+    let mut times = Vec::with_capacity(EMPTY_CLAIMS);
+    for _ in 0..EMPTY_CLAIMS {
+        let start = Instant::now();
+        let claim = store::claim_due_events(pool, "bench-churn", args.batch, lease).await?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(claim.events.is_empty(), "an empty claim took rows");
+    }
+    times.sort_by(f64::total_cmp);
+    let empty_claim_ms = times[times.len() / 2];
+    let (dead_tuples, claim_index_bytes): (i64, i64) = sqlx::query_as(
+        "SELECT n_dead_tup, pg_relation_size('outbox_event_claimable_idx')
+         FROM pg_stat_user_tables WHERE relname = 'outbox_event'",
+    )
+    .fetch_one(pool)
+    .await
+    .context("read the table's dead tuples")?;
+    report.say(format_args!(
+        "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms, {dead_tuples} dead tuples, claim index {} MB",
+        claim_index_bytes / (1 << 20)
+    ));
+    Ok(Point {
+        passed,
+        rate,
+        empty_claim_ms,
+        dead_tuples,
+        claim_index_bytes,
+    })
+}
