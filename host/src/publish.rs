@@ -49,11 +49,13 @@ pub struct NewEvent {
     pub dispatch_key: Option<String>,
     /// Trace context, correlation id, ... (a JSON object).
     pub headers: serde_json::Value,
-    /// Key for ordered consumers (stored; informational for now).
+    /// Ordering key: events of one key are dispatched one at a time in id order (see
+    /// [`crate::store::CLAIM_SQL`]), and handled so on queues marked `ordered`.
     pub ordering_key: Option<String>,
     /// Payload schema version (>= 1).
     pub event_version: i32,
-    /// Not dispatched before this time (`None`: at once).
+    /// Not dispatched before this time (`None`, or a time before the transaction's start: at
+    /// once, stored as the transaction's `now()`).
     pub available_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -81,7 +83,8 @@ impl NewEvent {
         }
     }
 
-    /// Hold the event back until `at` (it is dispatched from then on).
+    /// Hold the event back until `at` (it is dispatched from then on; a time in the past is
+    /// stored as now).
     pub fn with_available_at(mut self, at: chrono::DateTime<chrono::Utc>) -> Self {
         self.available_at = Some(at);
         self
@@ -438,7 +441,7 @@ async fn publish_reported_as(
         INSERT INTO outbox_event
             (event_type, payload, tenant_id, dispatch_key, headers, ordering_key, event_version,
              available_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8, now()))
+        VALUES ($1, $2, $3, $4, $5, $6, $7, greatest(coalesce($8, now()), now()))
         ON CONFLICT (dispatch_key) DO NOTHING
         RETURNING id
         "#,

@@ -196,6 +196,7 @@ async fn the_claim_statement_reaches_only_the_rows_it_claims_with_many_waiting(p
         .bind(1000_i64)
         .bind("planner")
         .bind(300.0_f64)
+        .bind(None::<chrono::DateTime<chrono::Utc>>)
         .fetch_all(&env.pool)
         .await
         .unwrap();
@@ -297,4 +298,134 @@ async fn a_dead_hosts_claims_are_released_when_its_heartbeat_stops_without_burni
     assert_eq!(report.done, 5);
     assert_eq!(env.event_ids("outbox.mail").await, ids[..5].to_vec());
     env.cleanup().await;
+}
+
+/// The shared buffers the claim statement's scan of the claim index touches reading it from
+/// `horizon` (`EXPLAIN (ANALYZE, BUFFERS)` in a transaction rolled back), and the rows the
+/// statement would claim.
+async fn claim_buffers(pool: &PgPool, horizon: store::ClaimHorizon) -> (i64, i64) {
+    let mut tx = pool.begin().await.unwrap();
+    let plan: serde_json::Value = sqlx::query_scalar(&format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+        store::CLAIM_SQL
+    ))
+    .bind(1000_i64)
+    .bind("explain")
+    .bind(300.0_f64)
+    .bind(horizon.at)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    let top = &plan[0]["Plan"];
+    let scan = index_scan(top, "outbox_event_claimable_idx")
+        .unwrap_or_else(|| panic!("the claim does not read the claim index: {plan}"));
+    let blocks = |f: &str| scan[f].as_i64().unwrap_or(0);
+    (
+        blocks("Shared Hit Blocks") + blocks("Shared Read Blocks"),
+        top["Actual Rows"].as_i64().unwrap_or(-1),
+    )
+}
+
+/// The plan node scanning `index`, anywhere under `node`.
+fn index_scan<'a>(node: &'a serde_json::Value, index: &str) -> Option<&'a serde_json::Value> {
+    if node["Index Name"] == index {
+        return Some(node);
+    }
+    node["Plans"]
+        .as_array()?
+        .iter()
+        .find_map(|child| index_scan(child, index))
+}
+
+/// 30,000 events went through the table (a claim's version and a done version each, as the
+/// dispatcher leaves them) and nothing vacuumed it: their dead entries fill the start of the
+/// claim index. Read from the claim horizon, a claim of the 10 new events touches a small part
+/// of what it touches read from the start, and claims the same rows.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_claim_reads_the_claim_index_from_its_horizon_not_past_every_finished_event(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    sqlx::query("ALTER TABLE outbox_event SET (autovacuum_enabled = false)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    env.insert_many("mail.finished", 30_000).await;
+    for step in [
+        "UPDATE outbox_event SET status = 'processing', attempts = 1, claimed_by = 'w', claimed_at = now(),
+                claim_expires_at = now() + interval '5 minutes', available_at = now() + interval '5 minutes'",
+        "UPDATE outbox_event SET status = 'done', processed_at = now(), claim_expires_at = NULL",
+    ] {
+        sqlx::query(step).execute(&env.pool).await.unwrap();
+    }
+    env.insert_many("mail.fresh", 10).await;
+    let horizon = store::claim_horizon(&env.pool, None).await.unwrap();
+    assert!(
+        horizon.exact,
+        "the tests' role reads every open transaction"
+    );
+    let (from_start, rows_from_start) =
+        claim_buffers(&env.pool, store::ClaimHorizon::everything()).await;
+    let (from_horizon, rows_from_horizon) = claim_buffers(&env.pool, horizon).await;
+    println!(
+        "claim index buffers: {from_start} read from the start, {from_horizon} from the horizon"
+    );
+    assert_eq!(rows_from_start, 10);
+    assert_eq!(rows_from_horizon, 10, "the horizon hides no claimable row");
+    assert!(
+        from_horizon * 10 < from_start,
+        "from the horizon {from_horizon} buffers, from the start {from_start}"
+    );
+    // The bounded scan for the next horizon starts at this one and finds the same rows.
+    let next = store::claim_horizon(&env.pool, horizon.at).await.unwrap();
+    assert!(next.at >= horizon.at);
+    let claim = store::claim_due_events_from(&env.pool, "w2", 100, Duration::from_secs(300), next)
+        .await
+        .unwrap();
+    assert_eq!(claim.events.len(), 10);
+}
+
+/// A producer's transaction stamps its event with the transaction's start (`now()`), and may
+/// commit long after: meanwhile the dispatcher claims newer events and moves its horizon on.
+/// The open transaction holds the horizon back, so the late event is claimed as soon as it
+/// commits, not at the next full scan minutes later.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_event_committed_late_by_a_long_transaction_is_claimed_as_soon_as_it_commits(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    let dispatcher = env.dispatcher("horizon-host").await;
+    let stats = dispatcher.stats();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+
+    let mut late = env.pool.begin().await.unwrap();
+    let late_id = outbox_host::publish::publish(&mut late, NewEvent::new("mail.late", json!({})))
+        .await
+        .unwrap();
+    // Newer events flow for 3 s (several horizon refreshes) while that transaction stays open.
+    let flowing = Instant::now();
+    let mut published = 0;
+    while flowing.elapsed() < Duration::from_secs(3) {
+        env.publish_all(vec![NewEvent::new(
+            "mail.welcome",
+            json!({ "n": published }),
+        )])
+        .await;
+        published += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    late.commit().await.unwrap();
+    let committed = Instant::now();
+    while env.status(late_id).await.0 != "done" {
+        assert!(
+            committed.elapsed() < Duration::from_secs(10),
+            "the late event was not claimed within 10 s of its commit ({} others done)",
+            stats.done.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shutdown.cancel();
+    task.await.unwrap();
 }

@@ -241,10 +241,12 @@ async fn a_retrying_event_holds_back_its_key_while_other_keys_flow_and_stats_sho
     assert_eq!(blocked.keys[0].head_id, ids[0]);
     assert!(blocked.keys[0].retry_in_seconds > 30.0);
     // Nothing is due that could be claimed: the dispatcher sleeps until the retry, not 10 ms.
-    assert!(store::time_until_next_due(&env.pool)
-        .await
-        .unwrap()
-        .is_some_and(|d| d > Duration::from_secs(30)));
+    assert!(
+        store::time_until_next_due(&env.pool, store::ClaimHorizon::everything())
+            .await
+            .unwrap()
+            .is_some_and(|d| d > Duration::from_secs(30))
+    );
 
     // The head's retry comes due and goes through: the key's later events follow, in order.
     refused.lock().unwrap().clear();

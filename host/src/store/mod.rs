@@ -19,6 +19,7 @@ use sqlx::{PgPool, Row};
 
 mod access;
 mod console;
+mod horizon;
 mod hosts;
 mod operator;
 mod queues;
@@ -27,6 +28,7 @@ mod trace;
 
 pub use access::*;
 pub use console::*;
+pub use horizon::*;
 pub use hosts::*;
 pub use operator::*;
 pub use queues::*;
@@ -173,7 +175,10 @@ pub struct Claim {
 }
 
 /// The claim statement of [`claim_due_events`] (`$1` limit, `$2` worker id, `$3` lease in
-/// seconds), public so that tests can check its plan.
+/// seconds, `$4` the claim horizon or NULL), public so that tests can check its plan.
+///
+/// The index is read from the claim horizon (see `horizon`): no claimable row is earlier, and
+/// the entries before it are those finished events left behind.
 ///
 /// The update reaches the locked rows by their `ctid` list (one TID scan of exactly those rows),
 /// never by a plain join on `id`: a join lets the planner hash the whole table (a sequential
@@ -195,6 +200,7 @@ pub const CLAIM_SQL: &str = r#"
         SELECT ctid, status AS previous_status
         FROM outbox_event candidate
         WHERE status IN ('pending', 'processing') AND available_at <= now()
+          AND available_at >= coalesce($4, '-infinity'::timestamptz)
           AND (ordering_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM outbox_event earlier
                 WHERE earlier.ordering_key = candidate.ordering_key
@@ -221,17 +227,30 @@ pub const CLAIM_SQL: &str = r#"
 /// Claim up to `limit` due rows: pending rows whose `available_at` has passed and processing
 /// rows whose lease expired. Claimed rows get `status = processing`, `attempts + 1` and a lease
 /// of `lease` (stored both as `claim_expires_at` and as `available_at`, so the one partial index
-/// finds expired leases too). One statement ([`CLAIM_SQL`]), autocommitted.
+/// finds expired leases too). One statement ([`CLAIM_SQL`]), autocommitted, reading the whole
+/// claim index; the dispatcher reads it from its horizon ([`claim_due_events_from`]).
 pub async fn claim_due_events(
     pool: &PgPool,
     worker_id: &str,
     limit: i64,
     lease: Duration,
 ) -> Result<Claim, StoreError> {
+    claim_due_events_from(pool, worker_id, limit, lease, ClaimHorizon::everything()).await
+}
+
+/// [`claim_due_events`] reading the claim index from `horizon` (from [`claim_horizon`]).
+pub async fn claim_due_events_from(
+    pool: &PgPool,
+    worker_id: &str,
+    limit: i64,
+    lease: Duration,
+    horizon: ClaimHorizon,
+) -> Result<Claim, StoreError> {
     let rows = sqlx::query(CLAIM_SQL)
         .bind(limit)
         .bind(worker_id)
         .bind(lease.as_secs_f64())
+        .bind(horizon.at)
         .fetch_all(pool)
         .await
         .context("claim_due_events")?;
@@ -265,13 +284,17 @@ pub async fn claim_due_events(
 /// How long until the next claimable row becomes due, measured on the database clock
 /// (`None`: nothing pending or leased; zero: something is due now). Rows held back behind an
 /// earlier event of their ordering key do not count: they become claimable when that event
-/// finishes, not at their own `available_at`.
-pub async fn time_until_next_due(pool: &PgPool) -> Result<Option<Duration>, StoreError> {
+/// finishes, not at their own `available_at`. Reads the claim index from `horizon`.
+pub async fn time_until_next_due(
+    pool: &PgPool,
+    horizon: ClaimHorizon,
+) -> Result<Option<Duration>, StoreError> {
     let secs: Option<f64> = sqlx::query_scalar(
         r#"
         SELECT greatest(0, extract(epoch FROM min(available_at) - now()))::float8
         FROM outbox_event candidate
         WHERE status IN ('pending', 'processing')
+          AND available_at >= coalesce($1, '-infinity'::timestamptz)
           AND (ordering_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM outbox_event earlier
                 WHERE earlier.ordering_key = candidate.ordering_key
@@ -279,6 +302,7 @@ pub async fn time_until_next_due(pool: &PgPool) -> Result<Option<Duration>, Stor
                   AND earlier.status IN ('pending', 'processing')))
         "#,
     )
+    .bind(horizon.at)
     .fetch_one(pool)
     .await
     .context("time_until_next_due")?;

@@ -3,7 +3,8 @@
 //! entries production leaves) in chunks, with no `VACUUM` by the bench, only what the
 //! database's autovacuum does with the table's own settings. At each checkpoint
 //! (`--churn-checkpoints`, cumulative events through the table) the section times the
-//! dispatcher on `--churn-probe` fresh events and the empty claim (nothing due), against the
+//! dispatcher on `--churn-probe` fresh events and the empty claim (nothing due, read from the
+//! claim horizon as the dispatcher reads it, and from the start for comparison), against the
 //! same two measured on a freshly created, vacuumed table first. The rows finished stay in the
 //! table (as within the retention period); Redis is cleared between chunks.
 
@@ -15,9 +16,14 @@ use outbox_host::routing::RouterHandle;
 use outbox_host::store;
 use sqlx::PgPool;
 
-use crate::common::{clear_redis, host_throughput};
+use outbox_host::queue::QueueKeys;
+
+use crate::common::{clear_redis, host_throughput, redis_connection};
 use crate::report::Report;
 use crate::Args;
+
+/// The queue `mail.welcome` events route to with the default `routes.toml`.
+const QUEUE: &str = "outbox.mail";
 
 /// Events inserted and dispatched at once while churning.
 const CHUNK: i64 = 200_000;
@@ -31,12 +37,18 @@ struct Point {
     passed: i64,
     /// Dispatcher events/s on the probe.
     rate: f64,
-    /// Median ms of a claim finding nothing due.
+    /// Median ms of a claim finding nothing due (from the horizon).
     empty_claim_ms: f64,
+    /// The same read from the start of the claim index.
+    from_start_ms: f64,
     /// Dead tuples of `outbox_event` right after the probe (`pg_stat_user_tables`).
     dead_tuples: i64,
     /// Size of the claim index, bytes.
     claim_index_bytes: i64,
+    /// `outbox_event` with its indexes and TOAST, bytes.
+    table_bytes: i64,
+    /// Redis memory of the queue stream holding the probe's entries, bytes.
+    stream_bytes: i64,
 }
 
 /// The curve: fresh, then each checkpoint; figures against the fresh table.
@@ -69,7 +81,7 @@ pub(crate) async fn run(
         .await
         .context("vacuum outbox_event")?;
     let fresh = probe(args, report, pool, settings, router, 0).await?;
-    let mut passed = args.churn_probe;
+    let mut passed = args.churn_probe * args.rounds.max(1) as i64;
     let mut points = Vec::new();
     for checkpoint in checkpoints {
         let started = Instant::now();
@@ -85,7 +97,7 @@ pub(crate) async fn run(
             started.elapsed().as_secs_f64()
         ));
         let point = probe(args, report, pool, settings, router, passed).await?;
-        passed += args.churn_probe;
+        passed += args.churn_probe * args.rounds.max(1) as i64;
         points.push(point);
     }
     for point in &points {
@@ -120,6 +132,40 @@ pub(crate) async fn run(
                 "on a fresh table",
                 fresh.empty_claim_ms,
             );
+        report
+            .figure(
+                "churn",
+                "churn.empty_claim_from_start",
+                format!(
+                    "the same claim reading the claim index from its start, after {} events",
+                    point.passed
+                ),
+                point.from_start_ms,
+                "ms",
+            )
+            .against(
+                "churn.empty_claim_from_start_fresh",
+                "on a fresh table",
+                fresh.from_start_ms,
+            );
+    }
+    if let Some(last) = points.last() {
+        let in_table = last.passed + args.churn_probe * args.rounds.max(1) as i64;
+        let events = in_table as f64;
+        report.figure(
+            "churn",
+            "churn.table_bytes_per_event",
+            format!("outbox_event with indexes per event, {in_table} events in it, never vacuumed"),
+            last.table_bytes as f64 / events,
+            "bytes",
+        );
+        report.figure(
+            "churn",
+            "churn.stream_bytes_per_entry",
+            "Redis memory per queue entry (MEMORY USAGE of the stream)",
+            last.stream_bytes as f64 / args.churn_probe as f64,
+            "bytes",
+        );
     }
     sqlx::query("TRUNCATE outbox_event, outbox_delivery, outbox_event_history, outbox_worker RESTART IDENTITY")
         .execute(pool)
@@ -142,7 +188,7 @@ async fn insert_pending(pool: &PgPool, n: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Dispatch `--churn-probe` new events and time empty claims.
+/// Dispatch `--churn-probe` new events (best of `--rounds`) and time empty claims.
 async fn probe(
     args: &Args,
     report: &mut Report,
@@ -151,35 +197,72 @@ async fn probe(
     router: &RouterHandle,
     passed: i64,
 ) -> anyhow::Result<Point> {
-    insert_pending(pool, args.churn_probe).await?;
-    let rate = host_throughput(pool, settings, router.clone(), args.churn_probe).await?;
-    clear_redis(settings).await?;
-    let lease = Duration::from_secs(300);
-    let mut times = Vec::with_capacity(EMPTY_CLAIMS);
-    for _ in 0..EMPTY_CLAIMS {
-        let start = Instant::now();
-        let claim = store::claim_due_events(pool, "bench-churn", args.batch, lease).await?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-        anyhow::ensure!(claim.events.is_empty(), "an empty claim took rows");
+    // Best of `--rounds` (a checkpoint landing in one run moves it), as the other sections.
+    let mut rate = 0f64;
+    for _ in 0..args.rounds.max(1) {
+        clear_redis(settings).await?;
+        insert_pending(pool, args.churn_probe).await?;
+        rate = rate.max(host_throughput(pool, settings, router.clone(), args.churn_probe).await?);
     }
-    times.sort_by(f64::total_cmp);
-    let empty_claim_ms = times[times.len() / 2];
-    let (dead_tuples, claim_index_bytes): (i64, i64) = sqlx::query_as(
-        "SELECT n_dead_tup, pg_relation_size('outbox_event_claimable_idx')
+    let stream = QueueKeys::from_settings(settings).stream(QUEUE);
+    let mut redis = redis_connection(settings).await?;
+    let stream_bytes: Option<i64> = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&stream)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut redis)
+        .await
+        .with_context(|| format!("MEMORY USAGE {stream}"))?;
+    clear_redis(settings).await?;
+    // The claim as the dispatcher makes it (from its horizon), and read from the start.
+    let horizon = store::claim_horizon(pool, None).await?;
+    let empty_claim_ms = median_empty_claim(pool, args.batch, horizon).await?;
+    let from_start_ms =
+        median_empty_claim(pool, args.batch, store::ClaimHorizon::everything()).await?;
+    let (dead_tuples, claim_index_bytes, table_bytes): (i64, i64, i64) = sqlx::query_as(
+        "SELECT n_dead_tup, pg_relation_size('outbox_event_claimable_idx'),
+                pg_total_relation_size('outbox_event')
          FROM pg_stat_user_tables WHERE relname = 'outbox_event'",
     )
     .fetch_one(pool)
     .await
     .context("read the table's dead tuples")?;
+    let stream_bytes = stream_bytes.unwrap_or(0);
     report.say(format_args!(
-        "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms, {dead_tuples} dead tuples, claim index {} MB",
-        claim_index_bytes / (1 << 20)
+        "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms (read from the start: {from_start_ms:.2} ms), {dead_tuples} dead tuples, claim index {} MB, outbox_event {} MB ({} bytes per event passed), queue stream {} bytes per entry",
+        claim_index_bytes / (1 << 20),
+        table_bytes / (1 << 20),
+        table_bytes / (passed + args.churn_probe * args.rounds.max(1) as i64),
+        stream_bytes / args.churn_probe
     ));
     Ok(Point {
         passed,
         rate,
         empty_claim_ms,
+        from_start_ms,
         dead_tuples,
         claim_index_bytes,
+        table_bytes,
+        stream_bytes,
     })
+}
+
+/// Median ms of [`EMPTY_CLAIMS`] claims finding nothing due, reading the index from `horizon`.
+async fn median_empty_claim(
+    pool: &PgPool,
+    batch: i64,
+    horizon: store::ClaimHorizon,
+) -> anyhow::Result<f64> {
+    let lease = Duration::from_secs(300);
+    let mut times = Vec::with_capacity(EMPTY_CLAIMS);
+    for _ in 0..EMPTY_CLAIMS {
+        let start = Instant::now();
+        let claim =
+            store::claim_due_events_from(pool, "bench-churn", batch, lease, horizon).await?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(claim.events.is_empty(), "an empty claim took rows");
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }

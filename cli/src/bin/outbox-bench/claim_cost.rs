@@ -193,6 +193,7 @@ async fn explain_claim(pool: &PgPool, batch: i64) -> anyhow::Result<(String, i64
     .bind(batch)
     .bind("bench-explain")
     .bind(300.0_f64)
+    .bind(None::<chrono::DateTime<chrono::Utc>>)
     .fetch_all(&mut *tx)
     .await
     .context("EXPLAIN the claim")?;
@@ -206,6 +207,7 @@ async fn explain_claim(pool: &PgPool, batch: i64) -> anyhow::Result<(String, i64
     .bind(batch)
     .bind("bench-explain")
     .bind(300.0_f64)
+    .bind(None::<chrono::DateTime<chrono::Utc>>)
     .fetch_one(&mut *tx)
     .await
     .context("EXPLAIN the claim (JSON)")?;

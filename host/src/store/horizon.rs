@@ -1,0 +1,217 @@
+//! The claim horizon: the earliest `available_at` a row that is claimable now, or will become
+//! claimable later, can have. The claim and the idle wait read the claim index from there
+//! instead of from its start, so they never walk the index entries that every finished event
+//! leaves behind (two per event: its `pending` and its `processing` version), which only
+//! `VACUUM` removes. Without it an empty claim costs more with every event that ever passed
+//! through the table until a vacuum runs; with it, the claim reads the entries of the last
+//! second or so, however long ago the table was vacuumed.
+//!
+//! Why a row can never be below the horizon: every writer of `available_at` sets it to its own
+//! transaction's `now()` or later (publish clamps an earlier `available_at` to `now()`; a
+//! claim, retry, release or requeue uses `now()` plus a delay), and a transaction's `now()` is
+//! its start. So a row not yet committed is at or after the start of a transaction open right
+//! now, and a committed one is seen by the scan for the oldest live row. The horizon is the
+//! earliest of: the oldest live row (at or after the previous horizon), the start of the oldest
+//! transaction open on this database, and now, in that order of reading (the open
+//! transactions first, so one that commits in between is seen by the scan). Two gaps, both
+//! closed by a full scan at a bounded interval ([`FULL_SCAN_EVERY`], or
+//! [`FULL_SCAN_EVERY_INEXACT`]): sessions of other roles whose transaction starts this role may
+//! not read (without `pg_read_all_stats`), covered by [`HIDDEN_MARGIN`] (a hidden transaction
+//! open longer than that may wait for the next full scan); and a row written by hand with an
+//! `available_at` in the past. This module never locks or writes a row.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::{Context, StoreError};
+
+/// How far before now the horizon stays while some session's transaction start is hidden
+/// from this role (or a prepared transaction exists).
+pub const HIDDEN_MARGIN: Duration = Duration::from_secs(60);
+
+/// How often a dispatcher recomputes its horizon.
+pub const HORIZON_REFRESH: Duration = Duration::from_secs(1);
+
+/// How often the oldest live row is looked up from the start of the index (catching a row
+/// written by hand with a past `available_at`) when every open transaction was visible.
+pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(600);
+
+/// The same while some transaction start was hidden ([`HIDDEN_MARGIN`]).
+pub const FULL_SCAN_EVERY_INEXACT: Duration = Duration::from_secs(60);
+
+/// A claim horizon and how it was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimHorizon {
+    /// No claimable row has an earlier `available_at` (`None`: the start of the index).
+    pub at: Option<DateTime<Utc>>,
+    /// False when some open transaction's start could not be read (the horizon then keeps
+    /// [`HIDDEN_MARGIN`] before now).
+    pub exact: bool,
+}
+
+impl ClaimHorizon {
+    /// The horizon that excludes nothing: the claim reads the index from its start.
+    pub fn everything() -> Self {
+        Self {
+            at: None,
+            exact: true,
+        }
+    }
+}
+
+/// What the database said, before it is turned into a horizon ([`horizon_from`]).
+#[derive(Debug, Clone, Copy)]
+struct Observed {
+    /// The database clock when the open transactions were read.
+    now: DateTime<Utc>,
+    /// The start of the oldest transaction open on this database (other sessions).
+    oldest_transaction: Option<DateTime<Utc>>,
+    /// Some session's transaction start was hidden from this role.
+    hidden: bool,
+    /// The oldest prepared (two-phase) transaction's `prepared` time.
+    oldest_prepared: Option<DateTime<Utc>>,
+    /// The earliest `available_at` of a pending or processing row (at or after the bound).
+    oldest_live: Option<DateTime<Utc>>,
+}
+
+/// The horizon those observations allow.
+fn horizon_from(seen: Observed) -> ClaimHorizon {
+    let margin = chrono::Duration::from_std(HIDDEN_MARGIN).unwrap_or(chrono::Duration::MAX);
+    let mut at = seen.now;
+    let mut exact = true;
+    if let Some(t) = seen.oldest_transaction {
+        at = at.min(t);
+    }
+    if seen.hidden {
+        at = at.min(seen.now - margin);
+        exact = false;
+    }
+    if let Some(p) = seen.oldest_prepared {
+        // A prepared transaction began before it was prepared, by an unknown time.
+        at = at.min(p - margin);
+        exact = false;
+    }
+    if let Some(live) = seen.oldest_live {
+        at = at.min(live);
+    }
+    ClaimHorizon {
+        at: Some(at),
+        exact,
+    }
+}
+
+/// Compute the claim horizon. `from`: the previous horizon, below which no live row can be
+/// (the scan for the oldest live row starts there); `None` scans the whole claim index.
+pub async fn claim_horizon(
+    pool: &PgPool,
+    from: Option<DateTime<Utc>>,
+) -> Result<ClaimHorizon, StoreError> {
+    // Open transactions first: one that commits after this read is seen by the scan below.
+    let (now, oldest_transaction, hidden): (DateTime<Utc>, Option<DateTime<Utc>>, Option<bool>) =
+        sqlx::query_as(
+            "SELECT now(), min(xact_start), bool_or(state IS NULL)
+             FROM pg_stat_activity
+             WHERE datname = current_database() AND backend_type = 'client backend'
+               AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(pool)
+        .await
+        .context("claim horizon: read the open transactions")?;
+    let oldest_prepared: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT min(prepared) FROM pg_prepared_xacts WHERE database = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .context("claim horizon: read the prepared transactions")?;
+    let oldest_live: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT min(available_at) FROM outbox_event
+         WHERE status IN ('pending', 'processing')
+           AND available_at >= coalesce($1, '-infinity'::timestamptz)",
+    )
+    .bind(from)
+    .fetch_one(pool)
+    .await
+    .context("claim horizon: find the oldest live row")?;
+    Ok(horizon_from(Observed {
+        now,
+        oldest_transaction,
+        hidden: hidden.unwrap_or(false),
+        oldest_prepared,
+        oldest_live,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::<Utc>::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
+    }
+
+    fn seen() -> Observed {
+        Observed {
+            now: at(0),
+            oldest_transaction: None,
+            hidden: false,
+            oldest_prepared: None,
+            oldest_live: None,
+        }
+    }
+
+    #[test]
+    fn the_horizon_is_the_earliest_of_now_the_oldest_open_transaction_and_the_oldest_live_row() {
+        assert_eq!(
+            horizon_from(seen()),
+            ClaimHorizon {
+                at: Some(at(0)),
+                exact: true
+            }
+        );
+        let live_later = Observed {
+            oldest_live: Some(at(30)),
+            ..seen()
+        };
+        assert_eq!(horizon_from(live_later).at, Some(at(0)), "never after now");
+        let open = Observed {
+            oldest_transaction: Some(at(-5)),
+            oldest_live: Some(at(-2)),
+            ..seen()
+        };
+        assert_eq!(
+            horizon_from(open).at,
+            Some(at(-5)),
+            "a transaction open since -5 s may still commit a row stamped -5 s"
+        );
+        let backlog = Observed {
+            oldest_transaction: Some(at(-5)),
+            oldest_live: Some(at(-300)),
+            ..seen()
+        };
+        assert_eq!(horizon_from(backlog).at, Some(at(-300)));
+    }
+
+    #[test]
+    fn a_hidden_or_prepared_transaction_keeps_the_horizon_a_margin_before_now() {
+        let hidden = Observed {
+            hidden: true,
+            oldest_live: Some(at(-1)),
+            ..seen()
+        };
+        assert_eq!(
+            horizon_from(hidden),
+            ClaimHorizon {
+                at: Some(at(-60)),
+                exact: false
+            }
+        );
+        let prepared = Observed {
+            oldest_prepared: Some(at(-10)),
+            ..seen()
+        };
+        assert_eq!(horizon_from(prepared).at, Some(at(-70)));
+        assert!(!horizon_from(prepared).exact);
+    }
+}
