@@ -10,6 +10,12 @@
 --    dead row versions pile up), without the cost delay (the table is hot and its vacuums
 --    short). They take effect where autovacuum runs; the horizon keeps claims flat without it.
 
+-- 3. A claim no longer moves a row's available_at to its lease end: the lease is in
+--    claim_expires_at alone. The index entry a finished event leaves then stays where the row
+--    was due (behind the horizon), not at its lease end, where later claims would walk it.
+COMMENT ON COLUMN outbox_event.available_at IS
+    'Next time the row may be claimed: the publish or retry time of a pending row; a processing row keeps it (its lease end is claim_expires_at).';
+
 ALTER TABLE outbox_event SET (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 20000,

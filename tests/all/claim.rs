@@ -429,3 +429,56 @@ async fn an_event_committed_late_by_a_long_transaction_is_claimed_as_soon_as_it_
     shutdown.cancel();
     task.await.unwrap();
 }
+
+/// A role that may not read other sessions' transaction starts (no `pg_read_all_stats`) cannot
+/// prove where the oldest open transaction began: its horizon says so and stays the hidden
+/// margin before now, so an event of a hidden transaction is still found.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_role_that_cannot_see_other_transactions_keeps_the_horizon_a_margin_before_now(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    let role = format!("outbox_horizon_{}", std::process::id());
+    sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query(&format!("GRANT SELECT ON outbox_event TO {role}"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let options: sqlx::postgres::PgConnectOptions = env.database_url().await.parse().unwrap();
+    let restricted = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.username(&role).password(""))
+        .await
+        .unwrap();
+
+    // Another role's transaction is open: its start is hidden from the restricted role.
+    let mut open = env.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *open).await.unwrap();
+    let hidden = store::claim_horizon(&restricted, None).await.unwrap();
+    let seen = store::claim_horizon(&env.pool, None).await.unwrap();
+    open.rollback().await.unwrap();
+    restricted.close().await;
+    sqlx::query(&format!("REVOKE ALL ON outbox_event FROM {role}"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query(&format!("DROP ROLE {role}"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+
+    assert!(seen.exact, "the superuser sees every transaction");
+    assert!(!hidden.exact, "the restricted role cannot: {hidden:?}");
+    let margin = chrono::Duration::from_std(store::HIDDEN_MARGIN).unwrap();
+    assert!(
+        hidden.at.unwrap() <= chrono::Utc::now() - margin + chrono::Duration::seconds(1),
+        "{hidden:?}"
+    );
+}

@@ -218,7 +218,8 @@ pub async fn search_events(
         });
         query.push(
             "id, event_type, event_version, tenant_id, status, attempts, dispatch_key, \
-             created_at, available_at, last_error FROM outbox_event WHERE ",
+             created_at, CASE WHEN status = 'processing' THEN coalesce(claim_expires_at, available_at) \
+             ELSE available_at END AS available_at, last_error FROM outbox_event WHERE ",
         );
         query.push(*branch);
         push_conditions(&mut query, search, by_time);

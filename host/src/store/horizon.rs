@@ -111,9 +111,12 @@ pub async fn claim_horizon(
     // Open transactions first: one that commits after this read is seen by the scan below.
     let (now, oldest_transaction, hidden): (DateTime<Utc>, Option<DateTime<Utc>>, Option<bool>) =
         sqlx::query_as(
-            "SELECT now(), min(xact_start), bool_or(state IS NULL)
+            // A session this role may not read shows NULL in every column but its pid, user
+            // and database (backend_type and state included).
+            "SELECT now(), min(xact_start), bool_or(backend_type IS NULL OR state IS NULL)
              FROM pg_stat_activity
-             WHERE datname = current_database() AND backend_type = 'client backend'
+             WHERE datname = current_database()
+               AND (backend_type = 'client backend' OR backend_type IS NULL)
                AND pid <> pg_backend_pid()",
         )
         .fetch_one(pool)

@@ -201,6 +201,7 @@ pub const CLAIM_SQL: &str = r#"
         FROM outbox_event candidate
         WHERE status IN ('pending', 'processing') AND available_at <= now()
           AND available_at >= coalesce($4, '-infinity'::timestamptz)
+          AND (status = 'pending' OR claim_expires_at <= now())
           AND (ordering_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM outbox_event earlier
                 WHERE earlier.ordering_key = candidate.ordering_key
@@ -215,8 +216,7 @@ pub const CLAIM_SQL: &str = r#"
         attempts = e.attempts + 1,
         claimed_by = $2,
         claimed_at = now(),
-        claim_expires_at = now() + make_interval(secs => $3),
-        available_at = now() + make_interval(secs => $3)
+        claim_expires_at = now() + make_interval(secs => $3)
     FROM due
     WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM due)) AND e.ctid = due.ctid
     RETURNING e.id, e.tenant_id, e.event_type, e.event_version, e.payload::text AS payload,
@@ -225,9 +225,11 @@ pub const CLAIM_SQL: &str = r#"
     "#;
 
 /// Claim up to `limit` due rows: pending rows whose `available_at` has passed and processing
-/// rows whose lease expired. Claimed rows get `status = processing`, `attempts + 1` and a lease
-/// of `lease` (stored both as `claim_expires_at` and as `available_at`, so the one partial index
-/// finds expired leases too). One statement ([`CLAIM_SQL`]), autocommitted, reading the whole
+/// rows whose lease (`claim_expires_at`) expired. Claimed rows get `status = processing`,
+/// `attempts + 1` and a lease of `lease` in `claim_expires_at`; their `available_at` stays, so
+/// the index entry a claimed row leaves when it finishes lies behind the claim horizon instead
+/// of where later claims read (the lease end), and the one partial index finds expired leases
+/// too (at their row's `available_at`, which holds the horizon back while they are live). One statement ([`CLAIM_SQL`]), autocommitted, reading the whole
 /// claim index; the dispatcher reads it from its horizon ([`claim_due_events_from`]).
 pub async fn claim_due_events(
     pool: &PgPool,
@@ -291,7 +293,9 @@ pub async fn time_until_next_due(
 ) -> Result<Option<Duration>, StoreError> {
     let secs: Option<f64> = sqlx::query_scalar(
         r#"
-        SELECT greatest(0, extract(epoch FROM min(available_at) - now()))::float8
+        SELECT greatest(0, extract(epoch FROM min(
+                   CASE WHEN status = 'processing' THEN claim_expires_at ELSE available_at END
+               ) - now()))::float8
         FROM outbox_event candidate
         WHERE status IN ('pending', 'processing')
           AND available_at >= coalesce($1, '-infinity'::timestamptz)

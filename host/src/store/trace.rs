@@ -90,7 +90,10 @@ pub struct TracedReceipt {
 pub async fn traced_event(pool: &PgPool, id: i64) -> Result<Option<TracedEvent>, StoreError> {
     let row = sqlx::query(
         "SELECT id, event_type, event_version, tenant_id, dispatch_key, ordering_key, headers,
-                status, attempts, created_at, available_at, claimed_by, claimed_at, processed_at,
+                status, attempts, created_at,
+                CASE WHEN status = 'processing' THEN coalesce(claim_expires_at, available_at)
+                     ELSE available_at END AS available_at,
+                claimed_by, claimed_at, processed_at,
                 last_error
          FROM outbox_event WHERE id = $1",
     )

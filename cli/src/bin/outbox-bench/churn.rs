@@ -49,6 +49,10 @@ struct Point {
     table_bytes: i64,
     /// Redis memory of the queue stream holding the probe's entries, bytes.
     stream_bytes: i64,
+    /// Redis `used_memory` growth over one probe run (stream entries and enqueue markers).
+    redis_bytes: i64,
+    /// WAL written over one probe run.
+    wal_bytes: i64,
 }
 
 /// The curve: fresh, then each checkpoint; figures against the fresh table.
@@ -161,6 +165,20 @@ pub(crate) async fn run(
         );
         report.figure(
             "churn",
+            "churn.redis_bytes_per_event",
+            "Redis memory per event dispatched (used_memory: the stream entry and its enqueue marker)",
+            last.redis_bytes as f64 / args.churn_probe as f64,
+            "bytes",
+        );
+        report.figure(
+            "churn",
+            "churn.wal_bytes_per_event",
+            "PostgreSQL WAL per event dispatched (claim and done versions, their index entries)",
+            last.wal_bytes as f64 / args.churn_probe as f64,
+            "bytes",
+        );
+        report.figure(
+            "churn",
             "churn.stream_bytes_per_entry",
             "Redis memory per queue entry (MEMORY USAGE of the stream)",
             last.stream_bytes as f64 / args.churn_probe as f64,
@@ -199,13 +217,30 @@ async fn probe(
 ) -> anyhow::Result<Point> {
     // Best of `--rounds` (a checkpoint landing in one run moves it), as the other sections.
     let mut rate = 0f64;
+    let mut redis = redis_connection(settings).await?;
+    let mut redis_bytes = 0i64;
+    let mut wal_bytes = 0i64;
     for _ in 0..args.rounds.max(1) {
         clear_redis(settings).await?;
         insert_pending(pool, args.churn_probe).await?;
+        // Start each timed run from written-out buffers (not a VACUUM: dead rows stay), so a
+        // checkpoint of the churn's writes does not land in it.
+        sqlx::query("CHECKPOINT")
+            .execute(pool)
+            .await
+            .context("CHECKPOINT before a churn probe")?;
+        let memory_before = redis_used_memory(&mut redis).await?;
+        let wal_before: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(pool)
+            .await?;
         rate = rate.max(host_throughput(pool, settings, router.clone(), args.churn_probe).await?);
+        redis_bytes = redis_used_memory(&mut redis).await? - memory_before;
+        wal_bytes = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - $1::text::pg_lsn)::bigint")
+            .bind(wal_before)
+            .fetch_one(pool)
+            .await?;
     }
     let stream = QueueKeys::from_settings(settings).stream(QUEUE);
-    let mut redis = redis_connection(settings).await?;
     let stream_bytes: Option<i64> = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(&stream)
@@ -230,11 +265,13 @@ async fn probe(
     .context("read the table's dead tuples")?;
     let stream_bytes = stream_bytes.unwrap_or(0);
     report.say(format_args!(
-        "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms (read from the start: {from_start_ms:.2} ms), {dead_tuples} dead tuples, claim index {} MB, outbox_event {} MB ({} bytes per event passed), queue stream {} bytes per entry",
+        "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms (read from the start: {from_start_ms:.2} ms), {dead_tuples} dead tuples, claim index {} MB, outbox_event {} MB ({} bytes per event passed), queue stream {} bytes per entry, Redis {} bytes and WAL {} bytes per event dispatched",
         claim_index_bytes / (1 << 20),
         table_bytes / (1 << 20),
         table_bytes / (passed + args.churn_probe * args.rounds.max(1) as i64),
-        stream_bytes / args.churn_probe
+        stream_bytes / args.churn_probe,
+        redis_bytes / args.churn_probe,
+        wal_bytes / args.churn_probe
     ));
     Ok(Point {
         passed,
@@ -245,6 +282,8 @@ async fn probe(
         claim_index_bytes,
         table_bytes,
         stream_bytes,
+        redis_bytes,
+        wal_bytes,
     })
 }
 
@@ -265,4 +304,17 @@ async fn median_empty_claim(
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Redis `used_memory` (bytes), from `INFO memory`.
+async fn redis_used_memory(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(redis)
+        .await
+        .context("INFO memory")?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("no used_memory in INFO memory")
 }
