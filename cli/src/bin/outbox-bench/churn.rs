@@ -220,6 +220,7 @@ async fn probe(
     let mut redis = redis_connection(settings).await?;
     let mut redis_bytes = 0i64;
     let mut wal_bytes = 0i64;
+    let mut reads: Vec<(String, i64)> = Vec::new();
     for _ in 0..args.rounds.max(1) {
         clear_redis(settings).await?;
         insert_pending(pool, args.churn_probe).await?;
@@ -229,12 +230,25 @@ async fn probe(
             .execute(pool)
             .await
             .context("CHECKPOINT before a churn probe")?;
+        let reads_before = block_reads(pool).await?;
         let memory_before = redis_used_memory(&mut redis).await?;
         let wal_before: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
             .fetch_one(pool)
             .await?;
         rate = rate.max(host_throughput(pool, settings, router.clone(), args.churn_probe).await?);
         redis_bytes = redis_used_memory(&mut redis).await? - memory_before;
+        reads = block_reads(pool)
+            .await?
+            .into_iter()
+            .map(|(name, n)| {
+                let before = reads_before
+                    .iter()
+                    .find(|(b, _)| *b == name)
+                    .map_or(0, |(_, n)| *n);
+                (name, n - before)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
         wal_bytes = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - $1::text::pg_lsn)::bigint")
             .bind(wal_before)
             .fetch_one(pool)
@@ -264,6 +278,15 @@ async fn probe(
     .await
     .context("read the table's dead tuples")?;
     let stream_bytes = stream_bytes.unwrap_or(0);
+    reads.sort_by(|a, b| b.1.cmp(&a.1));
+    report.say(format_args!(
+        "  blocks read from outside shared buffers during the last timed run: {}",
+        reads
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     report.say(format_args!(
         "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms (read from the start: {from_start_ms:.2} ms), {dead_tuples} dead tuples, claim index {} MB, outbox_event {} MB ({} bytes per event passed), queue stream {} bytes per entry, Redis {} bytes and WAL {} bytes per event dispatched",
         claim_index_bytes / (1 << 20),
@@ -317,4 +340,19 @@ async fn redis_used_memory(redis: &mut redis::aio::MultiplexedConnection) -> any
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .context("no used_memory in INFO memory")
+}
+
+/// Blocks each relation of the outbox tables read from outside shared buffers so far
+/// (`pg_statio_user_tables` heap and TOAST, `pg_statio_user_indexes` per index).
+async fn block_reads(pool: &PgPool) -> anyhow::Result<Vec<(String, i64)>> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT relname || ' heap', heap_blks_read + coalesce(toast_blks_read, 0)
+         FROM pg_statio_user_tables WHERE relname LIKE 'outbox_%'
+         UNION ALL
+         SELECT indexrelname, idx_blks_read FROM pg_statio_user_indexes WHERE relname LIKE 'outbox_%'",
+    )
+    .fetch_all(pool)
+    .await
+    .context("read pg_statio")?;
+    Ok(rows)
 }
