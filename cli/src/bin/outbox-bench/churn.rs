@@ -278,7 +278,7 @@ async fn probe(
     .await
     .context("read the table's dead tuples")?;
     let stream_bytes = stream_bytes.unwrap_or(0);
-    reads.sort_by(|a, b| b.1.cmp(&a.1));
+    reads.sort_by_key(|r| std::cmp::Reverse(r.1));
     report.say(format_args!(
         "  blocks read from outside shared buffers during the last timed run: {}",
         reads
