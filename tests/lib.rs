@@ -21,6 +21,66 @@ use sqlx::PgPool;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+/// A dispatcher and the receivers of every handler-bound queue of a config, as one host runs
+/// them, until [`stop`](Self::stop).
+pub struct RunningHost {
+    shutdown: tokio_util::sync::CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningHost {
+    /// Start them on `env` with `config`: the dispatcher as `<consumer>-dispatch`, the
+    /// receivers as consumer `consumer`.
+    pub async fn start(
+        env: &TestEnv,
+        config: &outbox_host::config::Config,
+        consumer: &str,
+    ) -> Self {
+        let live = outbox_host::live_config::LiveConfig::start(config)
+            .await
+            .unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let dispatcher = env
+            .dispatcher_routed_by(&format!("{consumer}-dispatch"), live.router.clone())
+            .await;
+        let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone()))];
+        let receivers = outbox_host::receive::Receivers::new(
+            env.pool.clone(),
+            live.clone(),
+            Arc::new(config.settings.clone()),
+            consumer,
+        )
+        .await
+        .unwrap();
+        for queue in receivers.queues_for_group(None) {
+            tasks.push(tokio::spawn(
+                receivers.clone().consume(queue, shutdown.clone()),
+            ));
+        }
+        Self { shutdown, tasks }
+    }
+
+    /// Shut them down and wait for every task.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Poll `check` every 20 ms until it holds; fail the test naming `what` after `timeout`.
+pub async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Redis used by the tests (`REDIS_URL`, default local).
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())

@@ -112,38 +112,7 @@ pub struct Dispatcher {
     /// `claimed_at` of the batches in flight (to tell a lost claim from a held one).
     held: Arc<std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>>,
     /// Where claims read the claim index from (see `store::horizon`).
-    horizon: Arc<std::sync::Mutex<HorizonState>>,
-}
-
-/// A dispatcher's claim horizon and when it was last computed.
-#[derive(Debug, Default)]
-struct HorizonState {
-    /// The horizon in force (`None` until first computed: claims read the whole index).
-    current: Option<store::ClaimHorizon>,
-    /// When it was last computed, and when from the start of the index.
-    refreshed: Option<std::time::Instant>,
-    full_scan: Option<std::time::Instant>,
-}
-
-impl HorizonState {
-    /// What the next computation should do: `None` when the horizon is fresh; otherwise
-    /// `Some(from)`, the bound its scan for the oldest live row starts at (`None`: a full scan).
-    fn due(&self, now: std::time::Instant) -> Option<Option<chrono::DateTime<chrono::Utc>>> {
-        let stale = |at: Option<std::time::Instant>, every: Duration| {
-            at.is_none_or(|at| now.duration_since(at) >= every)
-        };
-        let full_every = match self.current {
-            Some(h) if h.exact => store::FULL_SCAN_EVERY,
-            _ => store::FULL_SCAN_EVERY_INEXACT,
-        };
-        if stale(self.full_scan, full_every) {
-            Some(None)
-        } else if stale(self.refreshed, store::HORIZON_REFRESH) {
-            Some(self.current.and_then(|h| h.at))
-        } else {
-            None
-        }
-    }
+    horizon: Arc<store::HorizonTracker>,
 }
 
 /// What finished batches tell the claim loop about the sink: a blip hit one (pause and probe),
@@ -423,7 +392,7 @@ impl Dispatcher {
     /// Claim the next batch under this dispatcher's worker id, batch size and lease, reading the
     /// claim index from this dispatcher's horizon.
     async fn claim(&self) -> Result<Claim, store::StoreError> {
-        let horizon = self.claim_horizon().await;
+        let horizon = self.horizon.current(&self.pool).await;
         store::claim_due_events_from(
             &self.pool,
             &self.worker_id,
@@ -434,53 +403,11 @@ impl Dispatcher {
         .await
     }
 
-    /// The claim horizon, recomputed every [`store::HORIZON_REFRESH`] (from the previous one;
-    /// from the start of the index every [`store::FULL_SCAN_EVERY`]). While it cannot be
-    /// computed (PostgreSQL away), the last one stays in force.
-    async fn claim_horizon(&self) -> store::ClaimHorizon {
-        let now = std::time::Instant::now();
-        let (due, current) = {
-            let state = self
-                .horizon
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            (state.due(now), state.current)
-        };
-        let current = current.unwrap_or_else(store::ClaimHorizon::everything);
-        let Some(from) = due else {
-            return current;
-        };
-        match store::claim_horizon(&self.pool, from).await {
-            Ok(horizon) => {
-                let mut state = self
-                    .horizon
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                if current.exact && !horizon.exact {
-                    tracing::info!(
-                        "some sessions' transaction starts are hidden from this role (grant it pg_read_all_stats): claims read the claim index from {:?} before now",
-                        store::HIDDEN_MARGIN
-                    );
-                }
-                state.current = Some(horizon);
-                state.refreshed = Some(now);
-                if from.is_none() {
-                    state.full_scan = Some(now);
-                }
-                horizon
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot compute the claim horizon; the last one stays");
-                current
-            }
-        }
-    }
-
     /// How long to sleep when nothing was claimable: until the next row is due (retry time or
     /// lease end), at most the poll interval.
     async fn idle_wait(&self) -> Duration {
         let interval = self.settings.dispatch_interval;
-        let horizon = self.claim_horizon().await;
+        let horizon = self.horizon.current(&self.pool).await;
         match store::time_until_next_due(&self.pool, horizon).await {
             // Due now but not claimable: another host holds it mid-claim. Look again shortly.
             Ok(Some(d)) if d.is_zero() => Duration::from_millis(10).min(interval),

@@ -3,17 +3,14 @@
 //! nothing under concurrent deliveries, and plugins built against the previous contract
 //! (`outbox:plugin@0.1.0`) routing, handling and deciding as they did.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::live_config::LiveConfig;
-use outbox_host::receive::{DeadLetters, Receivers};
+use outbox_host::receive::DeadLetters;
 use outbox_host::NewEvent;
-use outbox_tests::{PluginFixture, TestEnv};
+use outbox_tests::{wait_for, PluginFixture, RunningHost, TestEnv};
 use redis::AsyncCommands;
 use serde_json::json;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
 const PLUGINS: &[&str] = &[
     "capability-policy",
@@ -24,56 +21,24 @@ const PLUGINS: &[&str] = &[
     "test/legacy-policy",
 ];
 
-/// A dispatcher and the receivers of every handler-bound queue of `routes`.
+/// A host running `routes` with [`PLUGINS`], and the fixture holding its files.
 struct Running {
-    shutdown: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    host: RunningHost,
     _fixture: PluginFixture,
 }
 
 async fn start(env: &TestEnv, routes: &str) -> Running {
     let fixture = PluginFixture::new(PLUGINS, routes);
-    let config = fixture.config(&env.settings);
-    let live = LiveConfig::start(&config).await.unwrap();
-    let shutdown = CancellationToken::new();
-    let dispatcher = env
-        .dispatcher_routed_by("outcomes-dispatch", live.router.clone())
-        .await;
-    let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone()))];
-    let receivers = Receivers::new(
-        env.pool.clone(),
-        live.clone(),
-        Arc::new(config.settings.clone()),
-        "outcomes-consumer",
-    )
-    .await
-    .unwrap();
-    for queue in receivers.queues_for_group(None) {
-        tasks.push(tokio::spawn(
-            receivers.clone().consume(queue, shutdown.clone()),
-        ));
-    }
+    let host = RunningHost::start(env, &fixture.config(&env.settings), "outcomes").await;
     Running {
-        shutdown,
-        tasks,
+        host,
         _fixture: fixture,
     }
 }
 
 impl Running {
     async fn stop(self) {
-        self.shutdown.cancel();
-        for t in self.tasks {
-            let _ = t.await;
-        }
-    }
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.host.stop().await;
     }
 }
 

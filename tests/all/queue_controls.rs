@@ -4,65 +4,18 @@
 //! window, and a handler's retry comes back when it is due rather than at the next housekeeping
 //! round.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::live_config::LiveConfig;
-use outbox_host::receive::Receivers;
 use outbox_host::{store, NewEvent};
-use outbox_tests::{PluginFixture, TestEnv};
+use outbox_tests::{wait_for, PluginFixture, RunningHost, TestEnv};
 use redis::AsyncCommands;
 use serde_json::json;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
 const PLUGINS: &[&str] = &["capability-policy", "test/start-probe", "test/retry-probe"];
 
-/// A dispatcher and the receivers of every handler-bound queue of `routes`.
-struct Running {
-    shutdown: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-async fn start(env: &TestEnv, fixture: &PluginFixture, consumer: &str) -> Running {
-    let config = fixture.config(&env.settings);
-    let live = LiveConfig::start(&config).await.unwrap();
-    let shutdown = CancellationToken::new();
-    let dispatcher = env
-        .dispatcher_routed_by(&format!("{consumer}-dispatch"), live.router.clone())
-        .await;
-    let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone()))];
-    let receivers = Receivers::new(
-        env.pool.clone(),
-        live.clone(),
-        Arc::new(config.settings.clone()),
-        consumer,
-    )
-    .await
-    .unwrap();
-    for queue in receivers.queues_for_group(None) {
-        tasks.push(tokio::spawn(
-            receivers.clone().consume(queue, shutdown.clone()),
-        ));
-    }
-    Running { shutdown, tasks }
-}
-
-impl Running {
-    async fn stop(self) {
-        self.shutdown.cancel();
-        for t in self.tasks {
-            let _ = t.await;
-        }
-    }
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn start(env: &TestEnv, fixture: &PluginFixture, consumer: &str) -> RunningHost {
+    RunningHost::start(env, &fixture.config(&env.settings), consumer).await
 }
 
 /// A kv value of `plugin` (0 when absent).

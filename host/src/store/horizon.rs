@@ -18,7 +18,8 @@
 //! [`FULL_SCAN_EVERY_INEXACT`]): sessions of other roles whose transaction starts this role may
 //! not read (without `pg_read_all_stats`), covered by [`HIDDEN_MARGIN`] (a hidden transaction
 //! open longer than that may wait for the next full scan); and a row written by hand with an
-//! `available_at` in the past. This module never locks or writes a row.
+//! `available_at` in the past. [`HorizonTracker`] keeps one dispatcher's horizon fresh. This
+//! module never locks or writes a row.
 
 use std::time::Duration;
 
@@ -144,6 +145,84 @@ pub async fn claim_horizon(
         oldest_prepared,
         oldest_live,
     }))
+}
+
+/// One dispatcher's claim horizon: recomputed every [`HORIZON_REFRESH`] (from the previous
+/// one; from the start of the index every [`FULL_SCAN_EVERY`], or [`FULL_SCAN_EVERY_INEXACT`]
+/// while it is not exact). While it cannot be computed (PostgreSQL away), the last one stays in
+/// force.
+#[derive(Debug, Default)]
+pub struct HorizonTracker {
+    state: std::sync::Mutex<TrackedHorizon>,
+}
+
+/// The horizon in force and when it was computed.
+#[derive(Debug, Default, Clone, Copy)]
+struct TrackedHorizon {
+    /// `None` until first computed: claims read the whole index.
+    current: Option<ClaimHorizon>,
+    refreshed: Option<std::time::Instant>,
+    full_scan: Option<std::time::Instant>,
+}
+
+impl TrackedHorizon {
+    /// `None` when the horizon is fresh; otherwise `Some(from)`, where the next computation's
+    /// scan for the oldest live row starts (`None`: the start of the index).
+    fn due(&self, now: std::time::Instant) -> Option<Option<DateTime<Utc>>> {
+        let stale = |at: Option<std::time::Instant>, every: Duration| {
+            at.is_none_or(|at| now.duration_since(at) >= every)
+        };
+        let full_every = match self.current {
+            Some(h) if h.exact => FULL_SCAN_EVERY,
+            _ => FULL_SCAN_EVERY_INEXACT,
+        };
+        if stale(self.full_scan, full_every) {
+            Some(None)
+        } else if stale(self.refreshed, HORIZON_REFRESH) {
+            Some(self.current.and_then(|h| h.at))
+        } else {
+            None
+        }
+    }
+}
+
+impl HorizonTracker {
+    /// The horizon to claim from now, recomputed on `pool` when it is due.
+    pub async fn current(&self, pool: &PgPool) -> ClaimHorizon {
+        let now = std::time::Instant::now();
+        let tracked = *self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let current = tracked.current.unwrap_or_else(ClaimHorizon::everything);
+        let Some(from) = tracked.due(now) else {
+            return current;
+        };
+        match claim_horizon(pool, from).await {
+            Ok(horizon) => {
+                if current.exact && !horizon.exact {
+                    tracing::info!(
+                        "some sessions' transaction starts are hidden from this role (grant it pg_read_all_stats): claims read the claim index from {:?} before now",
+                        HIDDEN_MARGIN
+                    );
+                }
+                let mut state = self
+                    .state
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                state.current = Some(horizon);
+                state.refreshed = Some(now);
+                if from.is_none() {
+                    state.full_scan = Some(now);
+                }
+                horizon
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot compute the claim horizon; the last one stays");
+                current
+            }
+        }
+    }
 }
 
 #[cfg(test)]
