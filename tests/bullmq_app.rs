@@ -155,7 +155,10 @@ impl BullmqApp {
 }
 
 /// Delete the keys of a test's BullMQ prefix.
-pub async fn remove_bullmq_prefix(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
+pub async fn remove_bullmq_prefix(
+    conn: &mut (impl redis::aio::ConnectionLike + Send + Sync),
+    prefix: &str,
+) {
     let keys: Vec<String> = conn.keys(format!("{prefix}:*")).await.unwrap();
     for chunk in keys.chunks(500) {
         let _: () = conn.del(chunk).await.unwrap();

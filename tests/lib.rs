@@ -86,6 +86,26 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
+/// The test Redis Cluster (`scripts/redis-cluster.sh`: 3 primaries with a replica each on
+/// loopback ports 7101-7106), started on first use unless it runs and is healthy; its
+/// `REDIS_URL`.
+pub fn redis_cluster_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-cluster.sh");
+        let out = std::process::Command::new(&script)
+            .output()
+            .expect("run scripts/redis-cluster.sh");
+        assert!(
+            out.status.success(),
+            "scripts/redis-cluster.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    })
+    .clone()
+}
+
 /// `plugins/dist`: the built plugins (`scripts/build-plugins.sh`).
 pub fn dist_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist")
@@ -153,15 +173,25 @@ pub struct TestEnv {
     /// Redis key prefix unique to this test.
     pub prefix: String,
     /// A direct Redis connection for assertions.
-    pub redis: redis::aio::MultiplexedConnection,
+    pub redis: outbox_host::redis_conn::RedisConn,
 }
 
 impl TestEnv {
-    /// Wrap a `sqlx::test` pool.
+    /// Wrap a `sqlx::test` pool, on the Redis of `REDIS_URL`.
     pub async fn new(pool: PgPool) -> Self {
+        Self::on_redis(pool, redis_url()).await
+    }
+
+    /// Wrap a `sqlx::test` pool, on the test Redis Cluster ([`redis_cluster_url`]).
+    pub async fn on_cluster(pool: PgPool) -> Self {
+        Self::on_redis(pool, redis_cluster_url()).await
+    }
+
+    /// Wrap a `sqlx::test` pool, on the Redis `redis_url` names.
+    pub async fn on_redis(pool: PgPool, redis_url: String) -> Self {
         let prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());
         let settings = Settings {
-            redis_url: redis_url(),
+            redis_url: redis_url.clone(),
             redis_prefix: prefix.clone(),
             dispatch_interval: Duration::from_millis(100),
             dispatch_batch_size: 100,
@@ -172,9 +202,9 @@ impl TestEnv {
             plugin_dir: dist_dir(),
             ..Settings::default()
         };
-        let redis = redis::Client::open(redis_url())
+        let redis = outbox_host::redis_conn::RedisTarget::parse(&redis_url)
             .expect("REDIS_URL")
-            .get_multiplexed_async_connection()
+            .shared()
             .await
             .expect("Redis at REDIS_URL must be running for the tests");
         Self {
@@ -336,7 +366,12 @@ impl TestEnv {
             .keys(format!("{}*", self.prefix))
             .await
             .unwrap_or_default();
-        if !keys.is_empty() {
+        if conn.is_cluster() {
+            // One key at a time: a command reaches one slot.
+            for key in keys {
+                let _: Result<(), _> = conn.del(key).await;
+            }
+        } else if !keys.is_empty() {
             let _: Result<(), _> = conn.del(keys).await;
         }
     }

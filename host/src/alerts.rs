@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::RedisConn;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -234,7 +234,7 @@ pub enum AlertError {
 /// and dead-letter streams, and the hosts' heartbeats.
 pub async fn observe(
     pool: &PgPool,
-    redis: &mut ConnectionManager,
+    redis: &mut RedisConn,
     keys: &QueueKeys,
     queues: &[String],
     receiver_lease: Duration,
@@ -400,7 +400,7 @@ pub async fn alerts_loop(
         pending_for: settings.pending_alert_for,
     };
     let mut leader = AlertLeader::for_pool(&pool);
-    let mut redis: Option<ConnectionManager> = None;
+    let mut redis: Option<RedisConn> = None;
     let mut book = AlertBook::default();
     loop {
         match leader.hold().await {
@@ -411,16 +411,10 @@ pub async fn alerts_loop(
                     .unwrap_or_default();
                 let conn = match redis.as_mut() {
                     Some(c) => Some(c),
-                    None => match redis::Client::open(settings.redis_url.as_str()) {
-                        Ok(client) => ConnectionManager::new_with_config(
-                            client,
-                            crate::reconnect::redis_manager_config(),
-                        )
+                    None => crate::redis_conn::connect_shared(&settings)
                         .await
                         .ok()
                         .map(|c| redis.insert(c)),
-                        Err(_) => None,
-                    },
                 };
                 if let Some(conn) = conn {
                     match observe(&pool, conn, &keys, &queues, settings.receiver_lease).await {

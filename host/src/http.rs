@@ -314,7 +314,7 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
 #[derive(Clone)]
 struct Probe {
     pool: PgPool,
-    redis: Option<redis::Client>,
+    redis: Option<crate::redis_conn::RedisTarget>,
 }
 
 /// Serve the endpoint (and `console`, if given) on `addr` until shutdown.
@@ -328,7 +328,7 @@ pub async fn serve(
     prometheus();
     let probe = Probe {
         pool,
-        redis: redis::Client::open(redis_url.as_str()).ok(),
+        redis: crate::redis_conn::RedisTarget::parse(&redis_url).ok(),
     };
     let mut app = Router::new()
         .route("/metrics", get(metrics))
@@ -370,12 +370,7 @@ async fn metrics() -> (StatusCode, String) {
 async fn ready(State(probe): State<Probe>) -> (StatusCode, String) {
     let db = sqlx::query("SELECT 1").execute(&probe.pool).await;
     let redis_ok = match &probe.redis {
-        Some(client) => match client
-            .get_multiplexed_async_connection_with_config(&crate::reconnect::redis_reader_config(
-                std::time::Duration::ZERO,
-            ))
-            .await
-        {
+        Some(target) => match target.reader(std::time::Duration::ZERO).await {
             Ok(mut c) => redis::cmd("PING")
                 .query_async::<String>(&mut c)
                 .await

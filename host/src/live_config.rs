@@ -98,6 +98,9 @@ pub struct LiveConfig {
     /// The receiver lease in force (settings change only at a restart): a reload whose handler
     /// plugins' time limits it no longer covers is rejected.
     receiver_lease: Duration,
+    /// `REDIS_URL`: a reload is checked against the Redis it names (see
+    /// [`RoutesFile::check_redis`]).
+    redis_url: String,
     pending: Arc<Mutex<Pending>>,
     /// Held by a reload from its first read to its last store.
     reloading: Arc<tokio::sync::Mutex<()>>,
@@ -136,6 +139,7 @@ impl LiveConfig {
             routes_path: config.path.clone(),
             contracts: Contracts::none(),
             receiver_lease: config.settings.receiver_lease,
+            redis_url: config.settings.redis_url.clone(),
             pending: Arc::new(Mutex::new(Pending {
                 routes_file: None,
                 in_force,
@@ -279,7 +283,10 @@ impl LiveConfig {
                 return self.reject(format!("{e}"));
             }
         };
-        if let Err(e) = next.check_receiver_lease(self.receiver_lease) {
+        if let Err(e) = next
+            .check_receiver_lease(self.receiver_lease)
+            .and_then(|()| next.check_redis(&self.redis_url))
+        {
             self.set_pending(|p| p.routes_file = None);
             return self.reject(format!("{}: {e}", path.display()));
         }

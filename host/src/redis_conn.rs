@@ -40,6 +40,23 @@ pub struct RedisUrlError {
     pub message: String,
 }
 
+impl From<RedisUrlError> for redis::RedisError {
+    fn from(e: RedisUrlError) -> Self {
+        redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "unusable REDIS_URL",
+            e.to_string(),
+        ))
+    }
+}
+
+/// Whether `redis_url` names a Redis Cluster (`redis+cluster://`, or a comma-separated list of
+/// nodes), without parsing it further.
+pub fn names_cluster(redis_url: &str) -> bool {
+    let url = redis_url.trim();
+    url.starts_with(CLUSTER_SCHEME) || url.contains(',')
+}
+
 /// What `REDIS_URL` names.
 #[derive(Clone)]
 pub enum RedisTarget {
@@ -136,6 +153,23 @@ impl RedisTarget {
             .map_err(|e| refuse(e.to_string()))
     }
 
+    /// The Redis of `settings` (`REDIS_URL`), checked against its key prefix: on a cluster the
+    /// prefix must not hold `{` or `}` (it would become the hash tag of every key, putting all
+    /// queues in one slot or splitting a queue's keys).
+    pub fn for_settings(settings: &crate::config::Settings) -> Result<Self, RedisUrlError> {
+        let target = Self::parse(&settings.redis_url)?;
+        if target.is_cluster() && settings.redis_prefix.contains(['{', '}']) {
+            return Err(RedisUrlError {
+                url: redact_url(&settings.redis_url),
+                message: format!(
+                    "OUTBOX_REDIS_PREFIX {:?} holds a '{{' or '}}': on a Redis Cluster the host puts its own hash tags in the keys; use a prefix without braces",
+                    settings.redis_prefix
+                ),
+            });
+        }
+        Ok(target)
+    }
+
     fn cluster(urls: Vec<String>, seeds: Vec<String>) -> Result<Self, String> {
         let client = redis::cluster::ClusterClientBuilder::new(urls)
             .connection_timeout(REDIS_CONNECT_TIMEOUT)
@@ -199,6 +233,12 @@ impl RedisTarget {
             RedisTarget::Cluster { seeds, .. } => format!("{CLUSTER_SCHEME}{}", seeds.join(",")),
         }
     }
+}
+
+/// The shared connection to the Redis of `settings` ([`RedisTarget::for_settings`], then
+/// [`RedisTarget::shared`]): an unusable `REDIS_URL` is an `InvalidClientConfig` error.
+pub async fn connect_shared(settings: &crate::config::Settings) -> redis::RedisResult<RedisConn> {
+    RedisTarget::for_settings(settings)?.shared().await
 }
 
 /// Refuse a single-node connection whose server is a cluster node.

@@ -6,8 +6,8 @@
 //! while they live; dead letters of the event), and following the events its handlers published,
 //! as a tree bounded in depth and size. It never writes anywhere.
 
+use crate::redis_conn::RedisConn;
 use chrono::{DateTime, TimeZone, Utc};
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use sqlx::PgPool;
 
@@ -87,7 +87,7 @@ pub struct EventTrace {
 /// that was not fanned out).
 pub struct Tracer {
     pool: PgPool,
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: QueueKeys,
     dead: DeadLetters,
     router: RouterHandle,
@@ -101,18 +101,12 @@ impl Tracer {
         router: RouterHandle,
     ) -> Result<Self, TraceError> {
         let dead = DeadLetters::connect(settings).await?;
-        let client =
-            redis::Client::open(settings.redis_url.as_str()).map_err(|source| ReceiveError {
-                context: "invalid REDIS_URL".into(),
+        let conn = crate::redis_conn::connect_shared(settings)
+            .await
+            .map_err(|source| ReceiveError {
+                context: "connect to Redis".into(),
                 source,
             })?;
-        let conn =
-            ConnectionManager::new_with_config(client, crate::reconnect::redis_manager_config())
-                .await
-                .map_err(|source| ReceiveError {
-                    context: "connect to Redis".into(),
-                    source,
-                })?;
         Ok(Self {
             pool,
             conn,

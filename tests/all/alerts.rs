@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use outbox_host::alerts::{observe, Alert, AlertBook, AlertChange, AlertLeader, AlertLimits};
 use outbox_host::queue::{QueueKeys, CONSUMER_GROUP};
+use outbox_host::redis_conn::{RedisConn, RedisTarget};
 use outbox_tests::TestEnv;
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 const QUEUE: &str = "outbox.mail";
@@ -16,8 +16,10 @@ const LIMITS: AlertLimits = AlertLimits {
     pending_for: Duration::ZERO,
 };
 
-async fn redis() -> ConnectionManager {
-    ConnectionManager::new(redis::Client::open(outbox_tests::redis_url()).unwrap())
+async fn redis() -> RedisConn {
+    RedisTarget::parse(&outbox_tests::redis_url())
+        .unwrap()
+        .shared()
         .await
         .unwrap()
 }

@@ -299,7 +299,7 @@ fn canonical(value: &Value) -> String {
 /// set's members without their (time-based) scores, the events stream's fields without the
 /// delayed event's timestamp.
 async fn queue_state(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut (impl redis::aio::ConnectionLike + Send + Sync),
     prefix: &str,
     queue: &str,
 ) -> BTreeMap<String, Value> {

@@ -24,6 +24,7 @@ mod publish;
 mod queue_controls;
 mod receive;
 mod receive_claims;
+mod redis_cluster;
 mod reload;
 mod repair;
 mod trace_context;

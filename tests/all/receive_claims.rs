@@ -325,9 +325,17 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
     let (late, won) = (run(9), run(1));
 
     // c1 claims, its claim lapses, and the same consumer name claims again: a new owner.
-    let stale = c1.claim_entry("slow-handler", 7).await.unwrap().unwrap();
+    let stale = c1
+        .claim_entry(QUEUE, "slow-handler", 7)
+        .await
+        .unwrap()
+        .unwrap();
     let _: i64 = conn.del(&marker).await.unwrap();
-    let again = c1.claim_entry("slow-handler", 7).await.unwrap().unwrap();
+    let again = c1
+        .claim_entry(QUEUE, "slow-handler", 7)
+        .await
+        .unwrap()
+        .unwrap();
     assert_ne!(stale.owner(), again.owner(), "one token per claim");
     assert_eq!(
         c1.finish_ok(QUEUE, &stale, &stream_id, Some(&late))
@@ -342,7 +350,11 @@ async fn a_stale_owners_outcomes_cannot_touch_the_winners_marker_or_entry(pool: 
     let _: i64 = conn.del(&marker).await.unwrap();
 
     // c2 takes over; the stale owner's outcomes change nothing while the winner runs...
-    let winner = c2.claim_entry("slow-handler", 7).await.unwrap().unwrap();
+    let winner = c2
+        .claim_entry(QUEUE, "slow-handler", 7)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         winner.owner().starts_with("stale-c2:"),
         "{}",

@@ -174,7 +174,10 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
         // receipts stream): wait for it too, so the table below shows it.
         let handled = !workflows_on
             || (jobs >= 2
-                && conn.xlen::<_, u64>(keys.receipts_stream()).await? == 0
+                && conn
+                    .xlen::<_, u64>(keys.receipts_stream("outbox.workflow-executor"))
+                    .await?
+                    == 0
                 && !store::receipts(&pool).await?.is_empty());
         if c.pending == 0 && c.processing == 0 && handled {
             break;

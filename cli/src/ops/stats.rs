@@ -261,8 +261,7 @@ async fn read_queue_backlogs(config: &Config) -> anyhow::Result<Vec<QueueBacklog
         return Ok(Vec::new());
     }
     let read = async {
-        let client = redis::Client::open(config.settings.redis_url.as_str())?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = outbox_host::redis_conn::connect_shared(&config.settings).await?;
         let keys = QueueKeys::from_settings(&config.settings);
         queue_backlogs_with_consumers(&mut conn, &keys, &config.routes, &queues).await
     };

@@ -200,7 +200,7 @@ pub(crate) async fn set(
     check_key(key).map_err(HostCallError::Failed)?;
     check_value(&value, ttl_seconds).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, key).await?;
-    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let keys = &scope.host.keys;
     let mut invocation = scope.host.kv_scripts.set.prepare_invoke();
     invocation
         .key(keys.kv(&scope.plugin.name, key))
@@ -221,7 +221,7 @@ pub(crate) async fn set(
 pub(crate) async fn delete(scope: &DeliveryScope, key: &str) -> Result<bool, HostCallError> {
     check_key(key).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, key).await?;
-    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let keys = &scope.host.keys;
     let mut invocation = scope.host.kv_scripts.delete.prepare_invoke();
     invocation
         .key(keys.kv(&scope.plugin.name, key))
@@ -242,7 +242,7 @@ pub(crate) async fn increment(
     check_key(key).map_err(HostCallError::Failed)?;
     check_ttl(ttl_seconds).map_err(HostCallError::Failed)?;
     scope.authorize(CAPABILITY, key).await?;
-    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let keys = &scope.host.keys;
     let mut invocation = scope.host.kv_scripts.increment.prepare_invoke();
     invocation
         .key(keys.kv(&scope.plugin.name, key))
@@ -298,7 +298,7 @@ pub(crate) async fn compare_and_set(
         check_value(expected, None).map_err(HostCallError::Failed)?;
     }
     scope.authorize(CAPABILITY, key).await?;
-    let keys = QueueKeys::new(scope.host.key_prefix.as_str());
+    let keys = &scope.host.keys;
     let mut invocation = scope.host.kv_scripts.compare_and_set.prepare_invoke();
     invocation
         .key(keys.kv(&scope.plugin.name, key))
@@ -351,7 +351,7 @@ fn deadline<T>(
 
 /// The namespaced Redis key of a plugin key (checked by [`check_key`]).
 fn redis_key(scope: &DeliveryScope, key: &str) -> String {
-    kv_redis_key(&scope.host.key_prefix, &scope.plugin.name, key)
+    scope.host.keys.kv(&scope.plugin.name, key)
 }
 
 /// The Redis key of plugin `plugin`'s key `key`: `{prefix}outbox:kv:{plugin}:{key}`. A `:` or

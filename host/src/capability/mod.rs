@@ -29,8 +29,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::redis_conn::RedisConn;
 use futures::future::BoxFuture;
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use tracing::Instrument;
 
@@ -56,8 +56,8 @@ use publish::ParentEvent;
 pub(crate) struct HandlerHost {
     policy: Arc<CapabilityPolicy>,
     pool: PgPool,
-    redis: ConnectionManager,
-    key_prefix: String,
+    redis: RedisConn,
+    keys: crate::queue::QueueKeys,
     http: http::EgressClients,
     max_payload_bytes: usize,
     /// Which denials become `plugin.capability-use.denied` events.
@@ -71,7 +71,7 @@ impl HandlerHost {
     ///
     /// - `policy`: decides every host call; it also says whether a denial is written as a
     ///   `plugin.capability-use.denied` event (`[policy] publish_denials`, read per delivery);
-    /// - `redis`, `key_prefix`: the kv store and the host's Redis key prefix;
+    /// - `redis`, `keys`: the kv store and the host's Redis keys (prefix and layout);
     /// - `http`: the outbound client; build it with [`http::http_client`], which does not follow
     ///   redirects (a followed redirect would reach a host the policy never saw), uses no proxy
     ///   and vets every address a name resolves to (plugins whose grants name IPs get clients
@@ -80,8 +80,8 @@ impl HandlerHost {
     pub(crate) fn new(
         policy: Arc<CapabilityPolicy>,
         pool: PgPool,
-        redis: ConnectionManager,
-        key_prefix: impl Into<String>,
+        redis: RedisConn,
+        keys: crate::queue::QueueKeys,
         http: reqwest::Client,
         max_payload_bytes: usize,
     ) -> Self {
@@ -89,7 +89,7 @@ impl HandlerHost {
             policy,
             pool,
             redis,
-            key_prefix: key_prefix.into(),
+            keys,
             http: http::EgressClients::new(http),
             max_payload_bytes,
             denial_events: policy::DenialLimiter::new(policy::DENIAL_REPORT_WINDOW),

@@ -442,6 +442,26 @@ impl RoutesFile {
             .collect()
     }
 
+    /// Check that the Redis `redis_url` names can serve these queues: on a Redis Cluster a
+    /// BullMQ queue is refused (BullMQ's keys of one queue live in many slots unless its prefix
+    /// carries a hash tag, and the host's enqueue marker would sit in yet another: the add
+    /// script could not run), naming the queue.
+    pub fn check_redis(&self, redis_url: &str) -> Result<(), String> {
+        if !crate::redis_conn::names_cluster(redis_url) {
+            return Ok(());
+        }
+        match self
+            .queues
+            .iter()
+            .find(|(_, spec)| spec.sink == SinkKind::Bullmq)
+        {
+            Some((queue, _)) => Err(format!(
+                "[queues.\"{queue}\"] sink = \"bullmq\" is not supported on a Redis Cluster (REDIS_URL names one): keep BullMQ queues on a single Redis node, or use the streams sink"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Check that a receiver lease of `lease` covers every handler plugin's time limit plus
     /// [`RECEIVER_LEASE_MARGIN`]; otherwise the error names the setting, the slowest plugin and
     /// the smallest lease that would do.
@@ -757,12 +777,14 @@ impl Config {
     }
 
     /// The checks that need both the routes file and the resolved settings: the receiver lease
-    /// against the handler plugins' time limits ([`RoutesFile::check_receiver_lease`]).
+    /// against the handler plugins' time limits ([`RoutesFile::check_receiver_lease`]), the
+    /// queues against the Redis `REDIS_URL` names ([`RoutesFile::check_redis`]).
     /// [`load`](Self::load) and [`builtin`](Self::builtin) run it; run it on a config built by
     /// hand.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.routes
             .check_receiver_lease(self.settings.receiver_lease)
+            .and_then(|()| self.routes.check_redis(&self.settings.redis_url))
             .map_err(|message| ConfigError::Invalid {
                 path: self
                     .path

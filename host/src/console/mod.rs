@@ -14,11 +14,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::redis_conn::RedisConn;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
@@ -50,7 +50,7 @@ struct Inner {
     live: Option<LiveConfig>,
     worker_id: String,
     sessions: Sessions,
-    redis: OnceCell<ConnectionManager>,
+    redis: OnceCell<RedisConn>,
     tracer: OnceCell<Tracer>,
     dead_letters: OnceCell<DeadLetters>,
 }
@@ -117,11 +117,9 @@ impl Console {
     }
 
     /// A Redis connection (made at first use; the reason when Redis is down).
-    async fn redis(&self) -> Result<ConnectionManager, String> {
+    async fn redis(&self) -> Result<RedisConn, String> {
         let connect = async {
-            let client = redis::Client::open(self.inner.settings.redis_url.as_str())
-                .map_err(|e| format!("invalid REDIS_URL: {e}"))?;
-            ConnectionManager::new_with_config(client, crate::reconnect::redis_manager_config())
+            crate::redis_conn::connect_shared(&self.inner.settings)
                 .await
                 .map_err(|e| format!("Redis: {e}"))
         };

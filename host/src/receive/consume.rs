@@ -25,7 +25,8 @@ use super::controls::{Concurrency, Starts};
 use super::ordering::{KeyLanes, MAX_HELD_BACK};
 use super::{ClaimAhead, QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
-use crate::reconnect::{redis_reader_config, Backoff};
+use crate::reconnect::Backoff;
+use crate::redis_conn::RedisConn;
 
 /// Own pending entries read per `XREADGROUP` while recovering them after a failed read.
 const RECOVER_PAGE: usize = 100;
@@ -155,6 +156,7 @@ impl Receivers {
             }
         }
         let _receiving = self.receiving_guard(&queue);
+        self.receipts.start_for(&queue);
         tracing::info!(%queue, consumer = %self.consumer, "receiver started");
         let mut handling = Handling::new(self.concurrency_of(&queue));
         if !self.pauses.first_read().await {
@@ -172,7 +174,7 @@ impl Receivers {
                 }
             }
         }
-        let mut reader: Option<redis::aio::MultiplexedConnection> = None;
+        let mut reader: Option<RedisConn> = None;
         let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
         // Set by a failed read: recover this consumer's own pending entries before reading on.
         let mut recover = false;
@@ -222,11 +224,7 @@ impl Receivers {
                 continue;
             }
             if reader.is_none() {
-                match self
-                    .redis_client
-                    .get_multiplexed_async_connection_with_config(&redis_reader_config(READ_BLOCK))
-                    .await
-                {
+                match self.redis.reader(READ_BLOCK).await {
                     Ok(c) => reader = Some(c),
                     Err(e) => {
                         let give_up = backoff
@@ -410,7 +408,7 @@ impl Receivers {
     pub(super) async fn recover_own_pending(
         &self,
         queue: &str,
-        connection: &mut redis::aio::MultiplexedConnection,
+        connection: &mut RedisConn,
         handling: &mut Handling,
     ) -> redis::RedisResult<usize> {
         let key = self.keys.stream(queue);
@@ -524,7 +522,7 @@ impl Receivers {
                 Some(handler) => {
                     let read: Vec<&QueueEntry> =
                         group.iter().map(|((_, (entry, _)), _)| entry).collect();
-                    self.claim_ahead(&handler, &read).await
+                    self.claim_ahead(queue, &handler, &read).await
                 }
                 None => group.iter().map(|_| ClaimAhead::NotTried).collect(),
             };

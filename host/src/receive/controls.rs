@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::RedisConn;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::{watch, Semaphore};
@@ -275,7 +275,7 @@ impl RateLimiter {
     /// Take up to `want` starts of `queue`'s window under `limit`.
     pub(super) async fn take(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConn,
         keys: &QueueKeys,
         queue: &str,
         limit: RateLimit,
@@ -300,7 +300,7 @@ impl RateLimiter {
     /// entries), while their window is open.
     pub(super) async fn refund(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConn,
         keys: &QueueKeys,
         queue: &str,
         starts: &Starts,

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::RedisConn;
 use redis::AsyncCommands;
 
 use super::{ctx, ReceiveError};
@@ -35,21 +35,16 @@ pub struct DeadLetter {
 
 /// Dead-letter operations for `outbox dead-letter`.
 pub struct DeadLetters {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: QueueKeys,
 }
 
 impl DeadLetters {
     /// Connect.
     pub async fn connect(settings: &Settings) -> Result<Self, ReceiveError> {
-        let client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
-            "invalid REDIS_URL".into()
+        let conn = ctx(crate::redis_conn::connect_shared(settings).await, || {
+            "connect to Redis".into()
         })?;
-        let conn = ctx(
-            ConnectionManager::new_with_config(client, crate::reconnect::redis_manager_config())
-                .await,
-            || "connect to Redis".into(),
-        )?;
         Ok(Self {
             conn,
             keys: QueueKeys::from_settings(settings),
@@ -130,9 +125,9 @@ impl DeadLetters {
             .get(field::HANDLER)
             .cloned()
             .unwrap_or_default();
-        let marker = self
-            .keys
-            .handled_marker(&handler, letter.event_id.unwrap_or(0));
+        let marker =
+            self.keys
+                .handled_marker(&letter.queue, &handler, letter.event_id.unwrap_or(0));
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(&marker)

@@ -6,7 +6,7 @@
 //! every consumer group still needs. It never trims what a group has not acknowledged and never
 //! runs a handler itself: reclaimed entries go back through the consumer.
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::RedisConn;
 use redis::AsyncCommands;
 
 use super::consume::Handling;
@@ -127,7 +127,7 @@ fn parse_autoclaim(reply: redis::Value) -> Vec<QueueEntry> {
 
 /// Trim a stream below the oldest entry any consumer group still needs (its oldest pending
 /// entry, or what it has not read yet). Streams nobody consumes are never trimmed.
-async fn trim_acknowledged(conn: &mut ConnectionManager, key: &str) -> Result<(), ReceiveError> {
+async fn trim_acknowledged(conn: &mut RedisConn, key: &str) -> Result<(), ReceiveError> {
     let groups: redis::streams::StreamInfoGroupsReply = match conn.xinfo_groups(key).await {
         Ok(g) => g,
         Err(_) => return Ok(()),

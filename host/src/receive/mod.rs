@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::{RedisConn, RedisTarget};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -59,7 +59,7 @@ pub use outcomes::{Claim, Retry, Settled};
 pub use receipts::{write_receipts, HandlerRun, Receipt, RECEIPT_BATCH};
 
 use invoke::HandlerFailure;
-use receipts::{spawn_receipt_writer, ReceiptWriterHandle};
+use receipts::ReceiptWriters;
 
 /// The built-in handler that calls a subscribed plugin's hook (`plugin.invoke.*` jobs).
 pub const BUILTIN_PLUGIN_INVOKE: &str = "builtin:plugin-invoke";
@@ -139,8 +139,8 @@ impl ClaimAhead {
 /// Everything the receivers of one process share.
 #[derive(Clone)]
 pub struct Receivers {
-    redis_client: redis::Client,
-    conn: ConnectionManager,
+    redis: RedisTarget,
+    conn: RedisConn,
     live: LiveConfig,
     settings: Arc<Settings>,
     keys: QueueKeys,
@@ -153,8 +153,8 @@ pub struct Receivers {
     take_over: Arc<redis::Script>,
     /// The hosts whose heartbeat stopped, as last looked up.
     dead_hosts: Arc<takeover::DeadHosts>,
-    /// Keeps this process's receipt writer running.
-    receipts: ReceiptWriterHandle,
+    /// Keeps this process's receipt writers running.
+    receipts: Arc<ReceiptWriters>,
     /// Which queues are paused (followed from PostgreSQL).
     pauses: controls::QueuePauses,
     /// The queues' rate limit windows.
@@ -192,17 +192,13 @@ impl Receivers {
         settings: Arc<Settings>,
         consumer: impl Into<String>,
     ) -> Result<Self, ReceiveError> {
-        let redis_client = ctx(redis::Client::open(settings.redis_url.as_str()), || {
-            "invalid REDIS_URL".into()
-        })?;
-        let conn = ctx(
-            ConnectionManager::new_with_config(
-                redis_client.clone(),
-                crate::reconnect::redis_manager_config(),
-            )
-            .await,
-            || "connect to Redis".into(),
+        let redis = ctx(
+            RedisTarget::for_settings(&settings).map_err(redis::RedisError::from),
+            || "REDIS_URL".into(),
         )?;
+        let conn = ctx(redis.shared().await, || {
+            format!("connect to Redis at {}", redis.redacted())
+        })?;
         let policy = Arc::new(CapabilityPolicy::new(
             live.registry.clone(),
             live.routes.clone(),
@@ -215,27 +211,24 @@ impl Receivers {
             policy,
             pool.clone(),
             conn.clone(),
-            settings.redis_prefix.clone(),
+            QueueKeys::from_settings(&settings),
             http,
             settings.max_payload_bytes,
         ));
         let keys = QueueKeys::from_settings(&settings);
         let consumer = consumer.into();
         let pauses = controls::QueuePauses::spawn(pool.clone());
-        let receipts = spawn_receipt_writer(
+        let receipts = Arc::new(ReceiptWriters::new(
             pool,
-            redis_client.clone(),
-            &keys,
+            redis.clone(),
+            keys.clone(),
             consumer.clone(),
             settings.receiver_lease,
-        );
-        let finishes = outcomes::FinishBatches::spawn(
-            conn.clone(),
-            &keys,
-            settings.idempotency_ttl.as_secs().max(1),
-        );
+        ));
+        let finishes =
+            outcomes::FinishBatches::spawn(conn.clone(), settings.idempotency_ttl.as_secs().max(1));
         Ok(Self {
-            redis_client,
+            redis,
             conn,
             handler_host,
             live,
@@ -346,9 +339,7 @@ impl Receivers {
     /// How many receipt updates (outcomes and duplicate counts) this process's receipt writer
     /// has written to `outbox_receipt` so far, each counted once its transaction committed.
     pub fn receipts_written(&self) -> u64 {
-        self.receipts
-            .written
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.receipts.written()
     }
 
     /// The Redis keys these receivers use.
@@ -421,14 +412,14 @@ impl Receivers {
             ClaimAhead::Refused(_) => Ok(None),
             ClaimAhead::Unknown(claim) => self.claim_through_blips(claim, true).await,
             ClaimAhead::NotTried => {
-                self.claim_through_blips(self.new_claim(&handler, event_id), false)
+                self.claim_through_blips(self.new_claim(queue, &handler, event_id), false)
                     .await
             }
         };
         let claim = match claimed {
             Ok(Some(claim)) => claim,
             Ok(None) => {
-                if self.already_done(&handler, event_id).await {
+                if self.already_done(queue, &handler, event_id).await {
                     let acked = retry_blips(
                         "acknowledge a duplicate",
                         blips::STAGE,

@@ -16,7 +16,7 @@
 
 use std::convert::Infallible;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::RedisConn;
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 
@@ -24,7 +24,7 @@ use super::receipts::{HandlerRun, ReceiptUpdate, RECEIPT_FIELD};
 use super::{
     blips, ctx, ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP,
 };
-use crate::queue::{claim_owner, marker_is_done, marker_running, QueueKeys, MARKER_DONE_OK};
+use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
 use crate::reconnect::retry_blips;
 
 /// What every guarded script returns when the marker no longer holds the caller's token.
@@ -116,6 +116,7 @@ impl OutcomeScripts {
 /// marker holds anything else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
+    queue: String,
     handler: String,
     event_id: i64,
     marker: String,
@@ -123,6 +124,11 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The queue whose entry the claim is for.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
     /// The handler claimed.
     pub fn handler(&self) -> &str {
         &self.handler
@@ -169,16 +175,17 @@ impl Settled {
 }
 
 impl Receivers {
-    /// The idempotency claim of (`handler`, `event_id`) for this consumer: set the handled
+    /// The idempotency claim of (`handler`, `event_id`) on `queue` for this consumer: set the handled
     /// marker to `running:<owner token>` (a token new for this claim) for the receiver lease
     /// unless it exists. `Some`: this consumer runs the handler, and records its outcome with
     /// the claim; `None`: someone runs it or ran it (see the marker).
     pub async fn claim_entry(
         &self,
+        queue: &str,
         handler: &str,
         event_id: i64,
     ) -> Result<Option<Claim>, ReceiveError> {
-        let claim = self.new_claim(handler, event_id);
+        let claim = self.new_claim(queue, handler, event_id);
         let set: Option<String> = ctx(
             redis::cmd("SET")
                 .arg(&claim.marker)
@@ -201,12 +208,17 @@ impl Receivers {
     /// owner token).
     pub(super) async fn claim_ahead(
         &self,
+        queue: &str,
         handler: &str,
         entries: &[&QueueEntry],
     ) -> Vec<ClaimAhead> {
         let claims: Vec<Option<Claim>> = entries
             .iter()
-            .map(|entry| entry.event_id().map(|id| self.new_claim(handler, id)))
+            .map(|entry| {
+                entry
+                    .event_id()
+                    .map(|id| self.new_claim(queue, handler, id))
+            })
             .collect();
         let mut pipe = redis::pipe();
         for claim in claims.iter().flatten() {
@@ -249,13 +261,14 @@ impl Receivers {
             .collect()
     }
 
-    /// A claim of (`handler`, `event_id`) for this consumer with a new owner token, not yet
-    /// made in Redis.
-    pub(super) fn new_claim(&self, handler: &str, event_id: i64) -> Claim {
+    /// A claim of (`handler`, `event_id`) on `queue` for this consumer with a new owner token,
+    /// not yet made in Redis.
+    pub(super) fn new_claim(&self, queue: &str, handler: &str, event_id: i64) -> Claim {
         Claim {
+            queue: queue.to_string(),
             handler: handler.to_string(),
             event_id,
-            marker: self.keys.handled_marker(handler, event_id),
+            marker: self.keys.handled_marker(queue, handler, event_id),
             owner: claim_owner(&self.consumer, rand::random()),
         }
     }
@@ -334,13 +347,14 @@ impl Receivers {
         HandledAs::LostClaim
     }
 
-    /// Whether `handler` already finished `event_id` (its marker says `done`).
+    /// Whether `handler` already finished `event_id` on `queue` (its marker says `done`).
     pub(super) async fn marker_done(
         &self,
+        queue: &str,
         handler: &str,
         event_id: i64,
     ) -> Result<bool, ReceiveError> {
-        let marker = self.keys.handled_marker(handler, event_id);
+        let marker = self.keys.handled_marker(queue, handler, event_id);
         let state: Option<String> = ctx(self.conn.clone().get(&marker).await, || {
             format!("read the handled marker {marker}")
         })?;
@@ -349,13 +363,13 @@ impl Receivers {
 
     /// [`marker_done`](Self::marker_done) retried through blips; an error that outlasts them
     /// counts as not finished.
-    pub(super) async fn already_done(&self, handler: &str, event_id: i64) -> bool {
+    pub(super) async fn already_done(&self, queue: &str, handler: &str, event_id: i64) -> bool {
         retry_blips(
             "read the handled marker",
             blips::STAGE,
             self.blip_deadline(),
             blips::receive_blip,
-            || self.marker_done(handler, event_id),
+            || self.marker_done(queue, handler, event_id),
         )
         .await
         .unwrap_or(false)
@@ -387,6 +401,7 @@ impl Receivers {
         result: &'static str,
     ) -> Result<Settled, ReceiveError> {
         let finish = PendingFinish {
+            receipts_stream: self.keys.receipts_stream(queue),
             marker: claim.marker.clone(),
             stream: self.keys.stream(queue),
             owner_value: claim.marker_value(),
@@ -394,7 +409,7 @@ impl Receivers {
             receipt: receipt_arg(run, result, None),
         };
         let ttl_s = self.settings.idempotency_ttl.as_secs().max(1);
-        let receipts_stream = self.keys.receipts_stream();
+        let receipts_stream = self.keys.receipts_stream(queue);
         let replies: Vec<i64> = ctx(
             finish_invocation(&self.scripts.finish, &receipts_stream, ttl_s, [&finish])
                 .invoke_async(&mut self.conn.clone())
@@ -453,6 +468,7 @@ impl Receivers {
         let together = self
             .finishes
             .finish(PendingFinish {
+                receipts_stream: self.keys.receipts_stream(queue),
                 marker: claim.marker.clone(),
                 stream: self.keys.stream(queue),
                 owner_value: claim.marker_value(),
@@ -502,7 +518,9 @@ impl Receivers {
                     // A blip while reading the marker is retried with the whole step, not taken
                     // for a lost claim (which would leave the entry without receipt).
                     Settled::LostClaim
-                        if self.marker_done(&claim.handler, claim.event_id).await? =>
+                        if self
+                            .marker_done(&claim.queue, &claim.handler, claim.event_id)
+                            .await? =>
                     {
                         Ok(Settled::Recorded)
                     }
@@ -532,7 +550,7 @@ impl Receivers {
             .xack(self.keys.stream(queue), CONSUMER_GROUP, &[stream_id])
             .ignore()
             .xadd(
-                self.keys.receipts_stream(),
+                self.keys.receipts_stream(queue),
                 "*",
                 &[(RECEIPT_FIELD, duplicate.encode())],
             )
@@ -564,7 +582,7 @@ impl Receivers {
         invocation
             .key(self.keys.stream(queue))
             .key(self.keys.retry_set(queue))
-            .key(self.keys.receipts_stream())
+            .key(self.keys.receipts_stream(queue))
             .arg(claim.marker_value())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
@@ -605,13 +623,13 @@ impl Receivers {
             Some(claim) => claim.marker.clone(),
             None => self
                 .keys
-                .handled_marker(handler, entry.event_id().unwrap_or(0)),
+                .handled_marker(queue, handler, entry.event_id().unwrap_or(0)),
         };
         let mut invocation = self.scripts.dead.key(&marker);
         invocation
             .key(self.keys.stream(queue))
             .key(self.keys.dead_letter_stream(queue))
-            .key(self.keys.receipts_stream())
+            .key(self.keys.receipts_stream(queue))
             .arg(claim.map(Claim::marker_value).unwrap_or_default())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
@@ -661,6 +679,8 @@ const FINISH_BATCH: usize = 64;
 
 /// One handler success waiting to be recorded (see [`FINISH_LUA`] for what is written).
 pub(super) struct PendingFinish {
+    /// The receipts stream of the entry's queue (see [`crate::queue::QueueKeys::receipts_stream`]).
+    receipts_stream: String,
     marker: String,
     stream: String,
     owner_value: String,
@@ -669,27 +689,22 @@ pub(super) struct PendingFinish {
 }
 
 /// Records the successes of handlers that finish at about the same time in one step: one
-/// [`FINISH_LUA`] call for up to [`FINISH_BATCH`] entries of any queues, instead of one per
-/// entry. A success waits only for the step in flight, never for a timer: an idle receiver's
+/// [`FINISH_LUA`] call for up to [`FINISH_BATCH`] entries of any queues (on a Redis Cluster
+/// one call per queue, run at once: a script touches one slot), instead of one per entry. A success waits only for the step in flight, never for a timer: an idle receiver's
 /// success goes alone at once, a busy one's join the next step. Each entry keeps its own
 /// owner check and reply, so one lost claim changes nothing for the others. The waiting
 /// successes are bounded by the handler tasks (one each).
 #[derive(Clone)]
 pub(super) struct FinishBatches {
-    waiting: tokio::sync::mpsc::UnboundedSender<(PendingFinish, oneshot::Sender<Option<Settled>>)>,
+    waiting: tokio::sync::mpsc::UnboundedSender<WaitingFinish>,
 }
 
 impl FinishBatches {
     /// Start the task that records successes on `conn`, with `done` markers kept for
     /// `marker_ttl_s`; it ends when the last clone is dropped.
-    pub(super) fn spawn(conn: ConnectionManager, keys: &QueueKeys, marker_ttl_s: u64) -> Self {
+    pub(super) fn spawn(conn: RedisConn, marker_ttl_s: u64) -> Self {
         let (waiting, queue) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(record_finish_batches(
-            queue,
-            conn,
-            keys.receipts_stream(),
-            marker_ttl_s,
-        ));
+        tokio::spawn(record_finish_batches(queue, conn, marker_ttl_s));
         Self { waiting }
     }
 
@@ -727,48 +742,77 @@ fn finish_invocation<'a>(
 }
 
 /// The task behind [`FinishBatches`]: takes every waiting success (up to [`FINISH_BATCH`]),
-/// records them in one script call and answers each.
+/// records them in one script call per receipts stream and answers each.
 async fn record_finish_batches(
-    mut queue: tokio::sync::mpsc::UnboundedReceiver<(
-        PendingFinish,
-        oneshot::Sender<Option<Settled>>,
-    )>,
-    mut conn: ConnectionManager,
-    receipts_stream: String,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<WaitingFinish>,
+    conn: RedisConn,
     marker_ttl_s: u64,
 ) {
     let script = redis::Script::new(FINISH_LUA);
     let mut batch = Vec::with_capacity(FINISH_BATCH);
     while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
-        let invocation = finish_invocation(
-            &script,
-            &receipts_stream,
-            marker_ttl_s,
-            batch.iter().map(|(finish, _)| finish),
-        );
-        let replies: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
-        match replies {
-            Ok(replies) if replies.len() == batch.len() => {
-                for ((_, reply), settled) in batch.drain(..).zip(replies) {
-                    let _ = reply.send(Some(Settled::from_reply(settled)));
+        // One step per receipts stream (one on a single node; one per queue on a cluster).
+        batch.sort_by(|(a, _), (b, _)| a.receipts_stream.cmp(&b.receipts_stream));
+        let mut steps = Vec::new();
+        while let Some((first, _)) = batch.first() {
+            let stream = first.receipts_stream.clone();
+            let same = batch
+                .iter()
+                .take_while(|(finish, _)| finish.receipts_stream == stream)
+                .count();
+            let step: Vec<WaitingFinish> = batch.drain(..same).collect();
+            steps.push(record_finish_step(
+                &script,
+                conn.clone(),
+                marker_ttl_s,
+                step,
+            ));
+        }
+        futures::future::join_all(steps).await;
+    }
+}
+
+/// A success waiting to be recorded and where its answer goes.
+type WaitingFinish = (PendingFinish, oneshot::Sender<Option<Settled>>);
+
+/// One [`FINISH_LUA`] call for `step` (successes that share a receipts stream), answering each.
+async fn record_finish_step(
+    script: &redis::Script,
+    mut conn: RedisConn,
+    marker_ttl_s: u64,
+    step: Vec<WaitingFinish>,
+) {
+    let Some((first, _)) = step.first() else {
+        return;
+    };
+    let invocation = finish_invocation(
+        script,
+        &first.receipts_stream,
+        marker_ttl_s,
+        step.iter().map(|(finish, _)| finish),
+    );
+    let replies: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
+    match replies {
+        Ok(replies) if replies.len() == step.len() => {
+            for ((_, reply), settled) in step.into_iter().zip(replies) {
+                let _ = reply.send(Some(Settled::from_reply(settled)));
+            }
+        }
+        other => {
+            let entries = step.len();
+            match other {
+                Err(e) => {
+                    if let Some(blip) = crate::fault::redis_blip(&e) {
+                        blip.count_retries(blips::STAGE, entries as u64);
+                    }
+                    tracing::warn!(entries, error = %e, "recording handler successes together failed; each is retried on its own")
+                }
+                Ok(replies) => {
+                    tracing::warn!(entries, replies = replies.len(), "recording handler successes together gave a reply per entry only for some; each is retried on its own")
                 }
             }
-            other => {
-                let entries = batch.len();
-                match other {
-                    Err(e) => {
-                        if let Some(blip) = crate::fault::redis_blip(&e) {
-                            blip.count_retries(blips::STAGE, entries as u64);
-                        }
-                        tracing::warn!(entries, error = %e, "recording handler successes together failed; each is retried on its own")
-                    }
-                    Ok(replies) => {
-                        tracing::warn!(entries, replies = replies.len(), "recording handler successes together gave a reply per entry only for some; each is retried on its own")
-                    }
-                }
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(None);
-                }
+            for (_, reply) in step {
+                let _ = reply.send(None);
             }
         }
     }
@@ -789,18 +833,22 @@ fn receipt_arg(run: Option<&HandlerRun>, result: &'static str, error: Option<&st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::QueueKeys;
     use redis::streams::StreamReadOptions;
 
-    async fn redis() -> ConnectionManager {
+    async fn redis() -> RedisConn {
         let url =
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
-        let client = redis::Client::open(url).unwrap();
-        ConnectionManager::new(client).await.unwrap()
+        crate::redis_conn::RedisTarget::parse(&url)
+            .unwrap()
+            .shared()
+            .await
+            .unwrap()
     }
 
     /// A pending entry on `stream` (delivered to consumer `c`) and its marker held by `owner`.
     async fn delivered_and_claimed(
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConn,
         stream: &str,
         marker: &str,
         owner: &str,
@@ -834,16 +882,19 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let markers: Vec<String> = (1..=3).map(|i| keys.handled_marker("h", i)).collect();
+        let markers: Vec<String> = (1..=3)
+            .map(|i| keys.handled_marker("queue-a", "h", i))
+            .collect();
         let ids = [
             delivered_and_claimed(&mut conn, &a, &markers[0], "c:1").await,
             // Taken over: its marker holds another owner's token now.
             delivered_and_claimed(&mut conn, &a, &markers[1], "other:9").await,
             delivered_and_claimed(&mut conn, &b, &markers[2], "c:3").await,
         ];
-        let batches = FinishBatches::spawn(conn.clone(), &keys, 60);
+        let batches = FinishBatches::spawn(conn.clone(), 60);
         let finish = |i: usize, stream: &str, owner: &str| {
             batches.finish(PendingFinish {
+                receipts_stream: keys.receipts_stream("queue-a"),
                 marker: markers[i].clone(),
                 stream: stream.to_string(),
                 owner_value: marker_running(owner),
@@ -887,14 +938,14 @@ mod tests {
             "only the lost claim's entry is still pending"
         );
         assert_eq!(pending(b.clone()).await, 0);
-        let receipts: usize = conn.xlen(keys.receipts_stream()).await.unwrap();
+        let receipts: usize = conn.xlen(keys.receipts_stream("queue-a")).await.unwrap();
         assert_eq!(
             receipts, 2,
             "a receipt for each recorded success, none for the lost one"
         );
 
         let mut all: Vec<String> = markers.clone();
-        all.extend([a, b, keys.receipts_stream()]);
+        all.extend([a, b, keys.receipts_stream("queue-a")]);
         let _: () = conn.del(all).await.unwrap();
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! A receipt travels in two steps, so none is lost with a killed host. The outcome script that
 //! records a handler run in Redis (see `outcomes`) also appends the run's receipt to the
-//! receipts stream (`{prefix}outbox:receipts`, [`QueueKeys::receipts_stream`]) in the same
-//! atomic step: an acknowledged entry always has its receipt somewhere. This module owns the
+//! receipts stream (`{prefix}outbox:receipts`; on a Redis Cluster one per queue, see
+//! [`QueueKeys::receipts_stream`]) in the same atomic step: an acknowledged entry always has its receipt somewhere. This module owns the
 //! other step, the writer: it reads that stream as a consumer group, writes what it read to
 //! `outbox_receipt` a batch per transaction ([`write_receipts`]'s statement, retried on a fresh
 //! connection through infrastructure blips for up to [`RECEIPT_RETRY_FOR`]), and only then
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
+use crate::redis_conn::RedisConn;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
 };
@@ -28,8 +28,9 @@ use sqlx::PgPool;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::fault;
-use crate::queue::{QueueKeys, CONSUMER_GROUP};
-use crate::reconnect::{redis_reader_config, retry_blips, Backoff};
+use crate::queue::{KeyLayout, QueueKeys, CONSUMER_GROUP};
+use crate::reconnect::{retry_blips, Backoff};
+use crate::redis_conn::RedisTarget;
 
 /// One handler outcome for `outbox_receipt`.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,40 +224,102 @@ const READ_BLOCK: Duration = Duration::from_millis(1000);
 /// How long a writer whose receivers are all gone keeps writing what is already in the stream.
 const FINAL_WRITE_FOR: Duration = Duration::from_secs(5);
 
-/// Keeps the receipt writer running while any clone lives; the writer writes what is left and
-/// stops once every clone is dropped (the last one cancels its token).
-#[derive(Clone)]
-pub(super) struct ReceiptWriterHandle {
-    _alive: std::sync::Arc<DropGuard>,
-    /// Receipt updates the writer has written to `outbox_receipt` (committed) so far.
-    pub(super) written: std::sync::Arc<AtomicU64>,
+/// Keeps one receipt writer running while it lives; the writer writes what is left and stops
+/// once this is dropped (which cancels its token).
+struct ReceiptWriterHandle {
+    _alive: DropGuard,
 }
 
-/// Start the receipt writer of a process's receivers: it reads the receipts stream as consumer
-/// `consumer` and writes to `pool` until every [`ReceiptWriterHandle`] clone is gone.
-pub(super) fn spawn_receipt_writer(
+/// The receipt writers of a process's receivers: one for the receipts stream on one Redis
+/// node, started with the receivers; on a Redis Cluster (a receipts stream per queue, see
+/// [`QueueKeys::receipts_stream`]) one per queue, started when the first receiver of the queue
+/// starts. They write what is left and stop once this is dropped.
+pub(super) struct ReceiptWriters {
     pool: PgPool,
-    client: redis::Client,
-    keys: &QueueKeys,
+    redis: RedisTarget,
+    keys: QueueKeys,
     consumer: String,
     lease: Duration,
+    /// Receipt updates every writer has written to `outbox_receipt` (committed) so far.
+    written: std::sync::Arc<AtomicU64>,
+    /// Receipts stream -> its running writer.
+    running: std::sync::Mutex<HashMap<String, ReceiptWriterHandle>>,
+}
+
+impl ReceiptWriters {
+    /// The writers of receivers consuming as `consumer`, writing to `pool`; on one Redis node
+    /// its writer starts now.
+    pub(super) fn new(
+        pool: PgPool,
+        redis: RedisTarget,
+        keys: QueueKeys,
+        consumer: String,
+        lease: Duration,
+    ) -> Self {
+        let writers = Self {
+            pool,
+            redis,
+            keys,
+            consumer,
+            lease,
+            written: std::sync::Arc::default(),
+            running: std::sync::Mutex::default(),
+        };
+        if writers.keys.layout() == KeyLayout::Classic {
+            writers.start_for(QUEUE_OF_SHARED_STREAM);
+        }
+        writers
+    }
+
+    /// Make sure the writer of the receipts stream that outcomes on `queue` append to runs.
+    pub(super) fn start_for(&self, queue: &str) {
+        let stream = self.keys.receipts_stream(queue);
+        let Ok(mut running) = self.running.lock() else {
+            return;
+        };
+        running.entry(stream.clone()).or_insert_with(|| {
+            spawn_receipt_writer(
+                self.pool.clone(),
+                self.redis.clone(),
+                stream,
+                self.consumer.clone(),
+                self.lease,
+                self.written.clone(),
+            )
+        });
+    }
+
+    /// Receipt updates written and committed so far, by all the writers.
+    pub(super) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+}
+
+/// Any queue name: on one node every queue's receipts go to the same stream.
+const QUEUE_OF_SHARED_STREAM: &str = "";
+
+/// Start a receipt writer: it reads `stream` as consumer `consumer` and writes to `pool`
+/// (counting in `written`) until every [`ReceiptWriterHandle`] clone is gone.
+fn spawn_receipt_writer(
+    pool: PgPool,
+    redis: RedisTarget,
+    stream: String,
+    consumer: String,
+    lease: Duration,
+    written: std::sync::Arc<AtomicU64>,
 ) -> ReceiptWriterHandle {
     let gone = CancellationToken::new();
-    let written = std::sync::Arc::new(AtomicU64::new(0));
     let writer = ReceiptWriter {
-        written: written.clone(),
+        written,
         pool,
-        client,
-        stream: keys.receipts_stream(),
+        redis,
+        stream,
         consumer,
         lease,
     };
-    let alive = std::sync::Arc::new(gone.clone().drop_guard());
+    let alive = gone.clone().drop_guard();
     tokio::spawn(writer.run(gone));
-    ReceiptWriterHandle {
-        _alive: alive,
-        written,
-    }
+    ReceiptWriterHandle { _alive: alive }
 }
 
 /// The receipt writer's state: where it reads and writes, and as whom.
@@ -264,7 +327,7 @@ struct ReceiptWriter {
     /// Receipt updates written and committed so far.
     written: std::sync::Arc<AtomicU64>,
     pool: PgPool,
-    client: redis::Client,
+    redis: RedisTarget,
     stream: String,
     consumer: String,
     lease: Duration,
@@ -281,7 +344,7 @@ enum ReadFrom {
 
 impl ReceiptWriter {
     async fn run(self, gone: CancellationToken) {
-        let mut conn: Option<MultiplexedConnection> = None;
+        let mut conn: Option<RedisConn> = None;
         // Failures wait a probe delay (at most a second), as a blip does, and are logged at most
         // every 30 s.
         let mut backoff = Backoff::new();
@@ -381,11 +444,8 @@ impl ReceiptWriter {
 
     /// A connection of its own (blocking reads would hold up a shared one), with the consumer
     /// group made unless it exists.
-    async fn connect(&self) -> redis::RedisResult<MultiplexedConnection> {
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&redis_reader_config(READ_BLOCK))
-            .await?;
+    async fn connect(&self) -> redis::RedisResult<RedisConn> {
+        let mut conn = self.redis.reader(READ_BLOCK).await?;
         let created: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(&self.stream)
@@ -404,7 +464,7 @@ impl ReceiptWriter {
     /// to `block` for them).
     async fn read(
         &self,
-        conn: &mut MultiplexedConnection,
+        conn: &mut RedisConn,
         from: ReadFrom,
         block: Option<Duration>,
     ) -> redis::RedisResult<Vec<StreamId>> {
@@ -427,7 +487,7 @@ impl ReceiptWriter {
 
     /// Entries another writer read and left unwritten for longer than the receiver lease (it
     /// died, or its database writes keep failing): now this consumer's.
-    async fn adopt(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<Vec<StreamId>> {
+    async fn adopt(&self, conn: &mut RedisConn) -> redis::RedisResult<Vec<StreamId>> {
         let reply: StreamAutoClaimReply = redis::AsyncCommands::xautoclaim_options(
             conn,
             &self.stream,
@@ -448,11 +508,7 @@ impl ReceiptWriter {
     }
 
     /// Write `entries` to `outbox_receipt`, then acknowledge and delete them.
-    async fn write(
-        &self,
-        conn: &mut MultiplexedConnection,
-        entries: &[StreamId],
-    ) -> Result<(), String> {
+    async fn write(&self, conn: &mut RedisConn, entries: &[StreamId]) -> Result<(), String> {
         let batch: Vec<PositionedUpdate> = entries
             .iter()
             .filter_map(ReceiptUpdate::from_stream)

@@ -144,7 +144,7 @@ impl Receivers {
                 let outcome: i64 = ctx(
                     self.take_over
                         .key(&key)
-                        .key(self.keys.handled_marker(&handler, event_id))
+                        .key(self.keys.handled_marker(queue, &handler, event_id))
                         .arg(CONSUMER_GROUP)
                         .arg(&self.consumer)
                         .arg(&id)

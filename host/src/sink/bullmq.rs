@@ -34,10 +34,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::redis_conn::RedisConn;
 use arc_swap::ArcSwap;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use redis::aio::ConnectionManager;
 
 use super::script::EnqueueScript;
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
@@ -244,7 +244,7 @@ impl BullmqSink {
     /// A sink over `conn` (the host's Redis), with the host's enqueue markers under `keys`, each
     /// kept `dedupe_ttl_secs`; queue options come from `routes` at each batch. Loads the script.
     pub async fn new(
-        conn: ConnectionManager,
+        conn: RedisConn,
         keys: QueueKeys,
         dedupe_ttl_secs: u64,
         concurrency: usize,

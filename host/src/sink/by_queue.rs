@@ -207,23 +207,40 @@ pub async fn queue_backlogs(
         ("ZCARD", "completed"),
         ("ZCARD", "failed"),
     ];
-    let mut pipe = redis::pipe();
-    for queue in queues {
-        match routes.sink_of(queue) {
-            SinkKind::Streams => {
-                pipe.cmd("XLEN").arg(keys.stream(queue));
-                pipe.cmd("MEMORY").arg("USAGE").arg(keys.stream(queue));
-                pipe.cmd("HGETALL").arg(keys.trimmed(queue));
-            }
-            SinkKind::Bullmq => {
-                let bull = super::BullmqQueueKeys::new(&routes.bullmq_options(queue).prefix, queue);
-                for (command, suffix) in BULLMQ_LENGTHS {
-                    pipe.cmd(command).arg(bull.key(suffix));
-                }
+    let reads = |pipe: &mut redis::Pipeline, queue: &str| match routes.sink_of(queue) {
+        SinkKind::Streams => {
+            pipe.cmd("XLEN").arg(keys.stream(queue));
+            pipe.cmd("MEMORY").arg("USAGE").arg(keys.stream(queue));
+            pipe.cmd("HGETALL").arg(keys.trimmed(queue));
+        }
+        SinkKind::Bullmq => {
+            let bull = super::BullmqQueueKeys::new(&routes.bullmq_options(queue).prefix, queue);
+            for (command, suffix) in BULLMQ_LENGTHS {
+                pipe.cmd(command).arg(bull.key(suffix));
             }
         }
-    }
-    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+    };
+    let replies: Vec<redis::Value> = match keys.layout() {
+        // One round trip for every queue.
+        crate::queue::KeyLayout::Classic => {
+            let mut pipe = redis::pipe();
+            for queue in queues {
+                reads(&mut pipe, queue);
+            }
+            pipe.query_async(conn).await?
+        }
+        // A pipeline reaches one slot: one per queue.
+        crate::queue::KeyLayout::Slotted => {
+            let mut replies = Vec::new();
+            for queue in queues {
+                let mut pipe = redis::pipe();
+                reads(&mut pipe, queue);
+                let answers: Vec<redis::Value> = pipe.query_async(conn).await?;
+                replies.extend(answers);
+            }
+            replies
+        }
+    };
     let mut replies = replies.into_iter();
     let mut reply = || replies.next().unwrap_or(redis::Value::Nil);
     let number = |v: redis::Value| redis::from_redis_value::<u64>(&v).unwrap_or(0);

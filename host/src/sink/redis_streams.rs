@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::redis_conn::RedisConn;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use redis::aio::ConnectionManager;
 
 use super::script::EnqueueScript;
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
-use crate::queue::{QueueEntry, QueueKeys};
+use crate::queue::{KeyLayout, QueueEntry, QueueKeys};
 
 /// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream, KEYS[3] = the queue's trim
 /// counts; ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0: none), ARGV[3] = [`TRIM_SLACK`],
@@ -196,7 +196,7 @@ impl RedisSink {
                 "the streams enqueue script",
                 concurrency,
             ),
-            keys: QueueKeys::new(prefix),
+            keys: QueueKeys::with_layout(prefix, KeyLayout::for_redis_url(redis_url)),
             dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
             trims: Arc::default(),
         };
@@ -222,7 +222,7 @@ impl RedisSink {
     }
 
     /// The connection (shared with the other sinks on the same Redis).
-    pub fn connection(&self) -> &ConnectionManager {
+    pub fn connection(&self) -> &RedisConn {
         self.script.connection()
     }
 
@@ -298,21 +298,16 @@ impl Sink for RedisSink {
 
 /// Connect to Redis with the host's reconnect policy (commands time out, so a hung Redis fails
 /// a batch instead of stalling the host).
-pub(super) async fn connect_redis(redis_url: &str) -> Result<ConnectionManager, SinkError> {
-    let client = redis::Client::open(redis_url)
-        .map_err(|source| SinkError::new(format!("invalid REDIS_URL {redis_url:?}"), source))?;
-    ConnectionManager::new_with_config(client, crate::reconnect::redis_manager_config())
-        .await
-        .map_err(|source| {
-            SinkError::new(
-                format!("connect to Redis at {}", crate::store::redact(redis_url)),
-                source,
-            )
-        })
+pub(super) async fn connect_redis(redis_url: &str) -> Result<RedisConn, SinkError> {
+    let target = crate::redis_conn::RedisTarget::parse(redis_url)
+        .map_err(|e| SinkError::new("invalid REDIS_URL", redis::RedisError::from(e)))?;
+    target.shared().await.map_err(|source| {
+        SinkError::new(format!("connect to Redis at {}", target.redacted()), source)
+    })
 }
 
 /// `PING` over `conn`.
-pub(super) async fn ping(conn: &ConnectionManager) -> Result<(), SinkError> {
+pub(super) async fn ping(conn: &RedisConn) -> Result<(), SinkError> {
     let mut conn = conn.clone();
     redis::cmd("PING")
         .query_async::<String>(&mut conn)

@@ -8,14 +8,18 @@
 //! `redis::Script::invoke_async` does for a single call (redis crate 0.32), so the script is
 //! loaded again and the entries that got `NOSCRIPT` run once more.
 //!
+//! On a Redis Cluster each pipeline holds the hand-offs of one queue (a pipeline reaches one
+//! slot, and a queue's keys share its slot).
+//!
 //! The reply convention of every enqueue script: `{1, id}` added, `{0, id}` already there
 //! (nothing written), `{-1, error}` refused (nothing written); an added entry's reply may carry
 //! more values after the id (what the streams sink trimmed), handed to the sink as they are. It
 //! never builds a key or an argument itself: the sink's `args` closure does.
 
+use crate::redis_conn::RedisConn;
 use futures::stream::{self, StreamExt};
 use futures::FutureExt;
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::{Enqueue, EnqueueResult, SinkError};
@@ -27,7 +31,7 @@ pub(super) const PIPELINE_CHUNK: usize = 128;
 /// One enqueue script on one connection.
 #[derive(Clone)]
 pub(super) struct EnqueueScript {
-    conn: ConnectionManager,
+    conn: RedisConn,
     script: redis::Script,
     /// What the script does, for errors ("the BullMQ add script").
     what: &'static str,
@@ -38,7 +42,7 @@ impl EnqueueScript {
     /// `source` run over `conn`, `concurrency` pipelines at once. Call [`load`](Self::load)
     /// before the first use.
     pub(super) fn new(
-        conn: ConnectionManager,
+        conn: RedisConn,
         source: &str,
         what: &'static str,
         concurrency: usize,
@@ -52,7 +56,7 @@ impl EnqueueScript {
     }
 
     /// The connection the script runs on.
-    pub(super) fn connection(&self) -> &ConnectionManager {
+    pub(super) fn connection(&self) -> &RedisConn {
         &self.conn
     }
 
@@ -88,17 +92,64 @@ impl EnqueueScript {
         F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
         X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
-        let pipelines: Vec<_> = items
-            .chunks(PIPELINE_CHUNK)
-            .enumerate()
-            .map(|(i, chunk)| self.run_chunk(chunk, args, extra).map(move |r| (i, r)))
+        if !self.conn.is_cluster() {
+            let pipelines: Vec<_> = items
+                .chunks(PIPELINE_CHUNK)
+                .enumerate()
+                .map(|(i, chunk)| self.run_chunk(chunk, args, extra).map(move |r| (i, r)))
+                .collect();
+            let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(pipelines)
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            results.sort_by_key(|(i, _)| *i);
+            return results.into_iter().flat_map(|(_, r)| r).collect();
+        }
+        // On a Redis Cluster a pipeline reaches one slot: pipelines per queue (a queue's keys
+        // share its slot), their results put back in input order.
+        let mut by_queue: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, item) in items.iter().enumerate() {
+            by_queue.entry(item.queue).or_default().push(i);
+        }
+        let chunks: Vec<Vec<usize>> = by_queue
+            .into_values()
+            .flat_map(|positions| {
+                positions
+                    .chunks(PIPELINE_CHUNK)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
             .collect();
-        let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(pipelines)
+        let pipelines: Vec<_> = chunks
+            .into_iter()
+            .map(|positions| async move {
+                let chunk: Vec<Enqueue<'a>> = positions.iter().map(|&i| items[i].clone()).collect();
+                let results = self.run_chunk(&chunk, args, extra).await;
+                (positions, results)
+            })
+            .collect();
+        let done: Vec<(Vec<usize>, Vec<EnqueueResult>)> = stream::iter(pipelines)
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        results.sort_by_key(|(i, _)| *i);
-        results.into_iter().flat_map(|(_, r)| r).collect()
+        let mut results: Vec<Option<EnqueueResult>> = (0..items.len()).map(|_| None).collect();
+        for (positions, chunk_results) in done {
+            for (i, result) in positions.into_iter().zip(chunk_results) {
+                results[i] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .zip(items)
+            .map(|(result, item)| {
+                result.unwrap_or_else(|| {
+                    EnqueueResult::Failed(format!(
+                        "event {} to {}: no reply",
+                        item.event.id, item.queue
+                    ))
+                })
+            })
+            .collect()
     }
 
     async fn run_chunk<'a, F, X>(

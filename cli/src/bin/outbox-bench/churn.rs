@@ -330,7 +330,9 @@ async fn median_empty_claim(
 }
 
 /// Redis `used_memory` (bytes), from `INFO memory`.
-async fn redis_used_memory(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
+async fn redis_used_memory(
+    redis: &mut (impl redis::aio::ConnectionLike + Send + Sync),
+) -> anyhow::Result<i64> {
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(redis)

@@ -178,10 +178,8 @@ pub(crate) async fn clear_redis(settings: &Settings) -> anyhow::Result<()> {
 /// A Redis connection for bench setup.
 pub(crate) async fn redis_connection(
     settings: &Settings,
-) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(settings.redis_url.as_str()).context("invalid REDIS_URL")?;
-    client
-        .get_multiplexed_async_connection()
+) -> anyhow::Result<outbox_host::redis_conn::RedisConn> {
+    outbox_host::redis_conn::connect_shared(settings)
         .await
         .context("connect to Redis")
 }
@@ -262,7 +260,7 @@ pub(crate) fn bench_event(event_id: i64) -> ClaimedEvent {
 /// XADD `count` entries for events `first..first + count` to `queue`, encoded as the sink
 /// encodes them, 1000 per pipeline.
 pub(crate) async fn fill_queue(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut (impl redis::aio::ConnectionLike + Send + Sync),
     keys: &QueueKeys,
     queue: &str,
     first: i64,

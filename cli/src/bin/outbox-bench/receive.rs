@@ -307,7 +307,7 @@ async fn redis_bookkeeping_cost(
     receivers.ensure_group(BENCH_QUEUE).await?;
     let one = async |event_id: i64| -> anyhow::Result<()> {
         let claim = receivers
-            .claim_entry(BOOKKEEPING_HANDLER, event_id)
+            .claim_entry(BENCH_QUEUE, BOOKKEEPING_HANDLER, event_id)
             .await?
             .with_context(|| format!("event {event_id} already claimed"))?;
         let settled = receivers

@@ -1,0 +1,299 @@
+//! A Redis Cluster (3 primaries with a replica each, on loopback ports started by the test
+//! setup, `scripts/redis-cluster.sh`): the dispatcher, the receivers and every Lua script work
+//! on it: hand-off, handler claims, successes, retries (retry set, moved back when due),
+//! dead letters, kv, receipts. A primary failover while events flow loses and doubles nothing.
+//! The cluster tests take turns (one at a time): a failover is a change of the whole cluster.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use outbox_host::queue::{KeyLayout, QueueKeys};
+use outbox_host::{publish, NewEvent};
+use outbox_tests::{wait_for, PluginFixture, RunningHost, TestEnv};
+use redis::AsyncCommands;
+use serde_json::json;
+use sqlx::PgPool;
+
+/// One cluster test at a time.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const PLUGINS: &[&str] = &["capability-policy", "test/start-probe", "test/retry-probe"];
+
+/// Three queues (their streams in different slots of the cluster): `outbox.cl-a` runs the
+/// start probe (a kv counter per start), `outbox.cl-b` and `outbox.cl-c` the retry probe (each
+/// event's payload scripts its attempts).
+const ROUTES: &str = r#"
+[routes]
+"cl.a." = "outbox.cl-a"
+"cl.b." = "outbox.cl-b"
+"cl.c." = "outbox.cl-c"
+
+[router]
+plugin = "native"
+
+[handlers]
+"outbox.cl-a" = "start-probe"
+"outbox.cl-b" = "retry-probe"
+"outbox.cl-c" = "retry-probe"
+
+[plugins.capability-policy]
+
+[plugins.start-probe]
+grants = { kv = true }
+
+[plugins.retry-probe]
+grants = { kv = true }
+"#;
+
+const QUEUES: [&str; 3] = ["outbox.cl-a", "outbox.cl-b", "outbox.cl-c"];
+
+fn keys(env: &TestEnv) -> QueueKeys {
+    QueueKeys::from_settings(&env.settings)
+}
+
+/// Receipts by result.
+async fn receipts(env: &TestEnv) -> BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT result, count(*) FROM outbox_receipt GROUP BY result",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+async fn receipt_count(env: &TestEnv) -> i64 {
+    receipts(env).await.values().sum()
+}
+
+/// The event ids the sink added to `queue`'s stream (a retry adds the entry again, with a
+/// handler attempt), checked to be distinct: no event was enqueued twice.
+async fn distinct_event_ids(env: &TestEnv, queue: &str) -> HashSet<i64> {
+    let ids: Vec<i64> = env
+        .entries(queue)
+        .await
+        .iter()
+        .filter(|entry| !entry.contains_key("handler_attempt"))
+        .map(|entry| entry["event_id"].parse().unwrap())
+        .collect();
+    let distinct: HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ids.len(),
+        "{queue}: an event was enqueued twice"
+    );
+    distinct
+}
+
+/// `n` events for each queue: `cl.a.*` plain, `cl.b.*` retried once (the handler asks for
+/// 200 ms), `cl.c.*` succeeding at once; every tenth `cl.c.*` fails (dead letter).
+fn events(n: usize, batch: usize) -> Vec<NewEvent> {
+    (0..n)
+        .flat_map(|i| {
+            let c_steps = if i % 10 == 9 {
+                vec!["fail"]
+            } else {
+                vec!["ok"]
+            };
+            [
+                NewEvent::new("cl.a.work", json!({ "batch": batch, "i": i })),
+                NewEvent::new(
+                    "cl.b.work",
+                    json!({ "attempts": ["retry-after:200", "ok"], "batch": batch, "i": i }),
+                ),
+                NewEvent::new(
+                    "cl.c.work",
+                    json!({ "attempts": c_steps, "batch": batch, "i": i }),
+                ),
+            ]
+        })
+        .collect()
+}
+
+/// The start probe's count of handler starts (its kv key `starts`).
+async fn starts(env: &TestEnv) -> i64 {
+    let mut conn = env.redis.clone();
+    let value: Option<String> = conn
+        .get(keys(env).kv("start-probe", "starts"))
+        .await
+        .unwrap();
+    value.and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Everything published went through: every event done, each queue's stream holding each of
+/// its events once, every receipt written, every `cl.a` handler started once, the `dead`
+/// failing `cl.c` events in the dead-letter stream.
+async fn assert_all_through_once(env: &TestEnv, per_queue: i64, dead: i64) {
+    let total = 3 * per_queue;
+    wait_for(
+        "every handler's last outcome recorded",
+        Duration::from_secs(90),
+        async || {
+            let by_result = receipts(env).await;
+            by_result.get("ok").copied().unwrap_or(0) == total - dead
+                && by_result.get("dead").copied().unwrap_or(0) == dead
+        },
+    )
+    .await;
+    assert_eq!(receipt_count(env).await, total, "one receipt per event");
+    assert_eq!(env.count("done").await, total, "every event handed off");
+    for queue in QUEUES {
+        assert_eq!(
+            distinct_event_ids(env, queue).await.len() as i64,
+            per_queue,
+            "{queue}: each event once"
+        );
+    }
+    let by_result = receipts(env).await;
+    assert_eq!(
+        by_result.get("dead").copied().unwrap_or(0),
+        dead,
+        "{by_result:?}"
+    );
+    assert_eq!(
+        by_result.get("ok").copied().unwrap_or(0),
+        total - dead,
+        "{by_result:?}"
+    );
+    let retried: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_receipt WHERE queue = 'outbox.cl-b' AND attempts = 2",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        retried, per_queue,
+        "each cl.b event ran twice: a retry, then ok"
+    );
+    assert_eq!(
+        starts(env).await,
+        per_queue,
+        "each cl.a handler started once"
+    );
+    let mut conn = env.redis.clone();
+    let letters: usize = conn
+        .xlen(keys(env).dead_letter_stream("outbox.cl-c"))
+        .await
+        .unwrap();
+    assert_eq!(
+        letters as i64, dead,
+        "the failed events are in the dead-letter stream"
+    );
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn events_flow_through_a_redis_cluster_each_handled_once(pool: PgPool) {
+    let _turn = CLUSTER.lock().await;
+    let env = TestEnv::on_cluster(pool).await;
+    assert_eq!(keys(&env).layout(), KeyLayout::Slotted);
+    // The three queues' keys really are spread over the cluster.
+    let mut conn = env.redis.clone();
+    let mut slots = HashSet::new();
+    for queue in QUEUES {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(keys(&env).stream(queue))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        slots.insert(slot);
+    }
+    assert_eq!(slots.len(), 3, "each queue in a slot of its own");
+
+    let fixture = PluginFixture::new(PLUGINS, ROUTES);
+    let running = RunningHost::start(&env, &fixture.config(&env.settings), "cluster-a").await;
+    env.publish_all(events(100, 0)).await;
+    assert_all_through_once(&env, 100, 10).await;
+    running.stop().await;
+    env.cleanup().await;
+}
+
+/// The node (`host:port`) of each primary of the cluster and its replicas.
+async fn primaries_and_replicas(env: &TestEnv) -> Vec<(String, Vec<String>)> {
+    let mut conn = env.redis.clone();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let rows: Vec<Vec<&str>> = nodes
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let address = |row: &Vec<&str>| row[1].split('@').next().unwrap_or_default().to_string();
+    rows.iter()
+        .filter(|row| row[2].contains("master"))
+        .map(|primary| {
+            let replicas = rows
+                .iter()
+                .filter(|row| row[2].contains("slave") && row[3] == primary[0])
+                .map(address)
+                .collect();
+            (address(primary), replicas)
+        })
+        .collect()
+}
+
+/// A plain connection to one node (for the administrative commands of a failover).
+async fn node(address: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{address}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn role(address: &str) -> String {
+    let reply: Vec<redis::Value> = redis::cmd("ROLE")
+        .query_async(&mut node(address).await)
+        .await
+        .unwrap();
+    redis::from_redis_value(&reply[0]).unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_primary_failover_while_events_flow_loses_and_doubles_nothing(pool: PgPool) {
+    let _turn = CLUSTER.lock().await;
+    let env = TestEnv::on_cluster(pool).await;
+    let fixture = PluginFixture::new(PLUGINS, ROUTES);
+    let running = RunningHost::start(&env, &fixture.config(&env.settings), "cluster-f").await;
+
+    // Events keep coming while every primary in turn hands over to its replica
+    // (`CLUSTER FAILOVER` on the replica).
+    let publisher = {
+        let pool = env.pool.clone();
+        tokio::spawn(async move {
+            for batch in 0..20 {
+                let mut tx = pool.begin().await.unwrap();
+                for event in events(15, batch) {
+                    publish(&mut tx, event).await.unwrap();
+                }
+                tx.commit().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    for (primary, replicas) in primaries_and_replicas(&env).await {
+        let replica = replicas
+            .first()
+            .expect("every primary has a replica")
+            .clone();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query_async(&mut node(&replica).await)
+            .await
+            .unwrap();
+        wait_for(
+            &format!("{replica} takes over from {primary}"),
+            Duration::from_secs(20),
+            async || role(&replica).await == "master" && role(&primary).await == "slave",
+        )
+        .await;
+    }
+    publisher.await.unwrap();
+    // 20 batches of 15, one failing `cl.c` event in each.
+    assert_all_through_once(&env, 300, 20).await;
+    running.stop().await;
+    env.cleanup().await;
+}
