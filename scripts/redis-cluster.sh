@@ -5,6 +5,9 @@
 #
 #   scripts/redis-cluster.sh [start]   start it unless it is up and healthy; print its REDIS_URL
 #   scripts/redis-cluster.sh stop      shut every node down and remove the files
+#   scripts/redis-cluster.sh kill PORT    kill one node at once (SIGKILL: a crash, no shutdown)
+#   scripts/redis-cluster.sh revive PORT  start a killed node again with its cluster identity
+#                                         (it rejoins, as a replica if it lost its slots)
 #
 # A cluster that is not healthy (a node down, slots not all served) is wiped and made again:
 # it holds test data only. Needs redis-server and redis-cli (scripts/services.sh installs them).
@@ -27,6 +30,20 @@ stop_nodes() {
   done
 }
 
+start_node() {
+  redis-server --port "$1" --bind 127.0.0.1 --daemonize yes \
+    --cluster-enabled yes --cluster-config-file "$dir/nodes-$1.conf" \
+    --cluster-node-timeout 2000 --cluster-replica-validity-factor 0 \
+    --appendonly no --save '' \
+    --dir "$dir" --logfile "$dir/$1.log" --pidfile "$dir/$1.pid" >/dev/null
+  for _ in $(seq 100); do
+    redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "node $1 did not start; see $dir/$1.log" >&2
+  return 1
+}
+
 healthy() {
   for port in "${ports[@]}"; do
     redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
@@ -36,7 +53,16 @@ healthy() {
   nodes="$(redis-cli -p "$base" cluster nodes 2>/dev/null)" || return 1
   [ "$(grep -c 'master' <<<"$nodes")" -eq 3 ] || return 1
   [ "$(grep -c 'slave' <<<"$nodes")" -eq 3 ] || return 1
-  ! grep -q 'fail\|disconnected' <<<"$nodes"
+  ! grep -q 'fail\|disconnected' <<<"$nodes" || return 1
+  # Every replica has finished its first sync: a failover before that would find no replica
+  # able to take over.
+  for port in "${ports[@]}"; do
+    local replication
+    replication="$(redis-cli -p "$port" info replication 2>/dev/null)" || return 1
+    if grep -q '^role:slave' <<<"$replication"; then
+      grep -q '^master_link_status:up' <<<"$replication" || return 1
+    fi
+  done
 }
 
 case "${1:-start}" in
@@ -45,9 +71,18 @@ case "${1:-start}" in
     rm -rf "$dir"
     exit 0
     ;;
+  kill)
+    kill -9 "$(cat "$dir/${2:?port}.pid")"
+    rm -f "$dir/$2.pid"
+    exit 0
+    ;;
+  revive)
+    start_node "${2:?port}"
+    exit 0
+    ;;
   start) ;;
   *)
-    echo "usage: $0 [start|stop]" >&2
+    echo "usage: $0 [start|stop|kill PORT|revive PORT]" >&2
     exit 2
     ;;
 esac
@@ -65,16 +100,7 @@ stop_nodes
 rm -rf "$dir"
 mkdir -p "$dir"
 for port in "${ports[@]}"; do
-  redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
-    --cluster-enabled yes --cluster-config-file "$dir/nodes-$port.conf" \
-    --cluster-node-timeout 2000 --appendonly no --save '' \
-    --dir "$dir" --logfile "$dir/$port.log" --pidfile "$dir/$port.pid" >/dev/null
-done
-for port in "${ports[@]}"; do
-  for _ in $(seq 100); do
-    redis-cli -p "$port" ping >/dev/null 2>&1 && break
-    sleep 0.05
-  done
+  start_node "$port"
 done
 redis-cli --cluster create $(printf '127.0.0.1:%s ' "${ports[@]}") \
   --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {

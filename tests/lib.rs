@@ -106,6 +106,21 @@ pub fn redis_cluster_url() -> String {
     .clone()
 }
 
+/// Run `scripts/redis-cluster.sh` with `args` (e.g. `kill 7101`, `revive 7101`) on the test
+/// cluster; panics unless it succeeds.
+pub fn redis_cluster_script(args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-cluster.sh");
+    let out = std::process::Command::new(&script)
+        .args(args)
+        .output()
+        .expect("run scripts/redis-cluster.sh");
+    assert!(
+        out.status.success(),
+        "scripts/redis-cluster.sh {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `plugins/dist`: the built plugins (`scripts/build-plugins.sh`).
 pub fn dist_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist")

@@ -1,7 +1,9 @@
 //! A Redis Cluster (3 primaries with a replica each, on loopback ports started by the test
 //! setup, `scripts/redis-cluster.sh`): the dispatcher, the receivers and every Lua script work
 //! on it: hand-off, handler claims, successes, retries (retry set, moved back when due),
-//! dead letters, kv, receipts. A primary failover while events flow loses and doubles nothing.
+//! dead letters, kv, receipts. A primary failover while events flow loses and doubles nothing;
+//! a primary killed while events flow loses no hand-off when the sink waits for a replica
+//! (`OUTBOX_REDIS_WAIT_REPLICAS=1`).
 //! The cluster tests take turns (one at a time): a failover is a change of the whole cluster.
 
 use std::collections::{BTreeMap, HashSet};
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use outbox_host::queue::{KeyLayout, QueueKeys};
 use outbox_host::{publish, NewEvent};
-use outbox_tests::{wait_for, PluginFixture, RunningHost, TestEnv};
+use outbox_tests::{redis_cluster_script, wait_for, PluginFixture, RunningHost, TestEnv};
 use redis::AsyncCommands;
 use serde_json::json;
 use sqlx::PgPool;
@@ -121,10 +123,35 @@ async fn starts(env: &TestEnv) -> i64 {
     value.and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
+/// Give every queue stream a consumer group that never reads, so receivers' housekeeping trims
+/// nothing (it keeps what any group still needs) and the tests can count every entry the sink
+/// added.
+async fn keep_every_entry(env: &TestEnv) {
+    let mut conn = env.redis.clone();
+    for queue in QUEUES {
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(keys(env).stream(queue))
+            .arg("test-audit")
+            .arg("$")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// How often a handler may have run: once, or (after a crash lost a recorded outcome) again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HandlerRuns {
+    Once,
+    AtLeastOnce,
+}
+
 /// Everything published went through: every event done, each queue's stream holding each of
-/// its events once, every receipt written, every `cl.a` handler started once, the `dead`
-/// failing `cl.c` events in the dead-letter stream.
-async fn assert_all_through_once(env: &TestEnv, per_queue: i64, dead: i64) {
+/// its events once, every receipt written, every `cl.a` handler started once (or at least
+/// once), the `dead` failing `cl.c` events in the dead-letter stream.
+async fn assert_all_through(env: &TestEnv, per_queue: i64, dead: i64, runs: HandlerRuns) {
     let total = 3 * per_queue;
     wait_for(
         "every handler's last outcome recorded",
@@ -137,7 +164,12 @@ async fn assert_all_through_once(env: &TestEnv, per_queue: i64, dead: i64) {
     )
     .await;
     assert_eq!(receipt_count(env).await, total, "one receipt per event");
-    assert_eq!(env.count("done").await, total, "every event handed off");
+    wait_for(
+        "every hand-off recorded",
+        Duration::from_secs(30),
+        async || env.count("done").await == total,
+    )
+    .await;
     for queue in QUEUES {
         assert_eq!(
             distinct_event_ids(env, queue).await.len() as i64,
@@ -156,21 +188,31 @@ async fn assert_all_through_once(env: &TestEnv, per_queue: i64, dead: i64) {
         total - dead,
         "{by_result:?}"
     );
-    let retried: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox_receipt WHERE queue = 'outbox.cl-b' AND attempts = 2",
-    )
+    let attempts = match runs {
+        HandlerRuns::Once => "attempts = 2",
+        HandlerRuns::AtLeastOnce => "attempts >= 2",
+    };
+    let retried: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM outbox_receipt WHERE queue = 'outbox.cl-b' AND {attempts}"
+    ))
     .fetch_one(&env.pool)
     .await
     .unwrap();
     assert_eq!(
         retried, per_queue,
-        "each cl.b event ran twice: a retry, then ok"
+        "each cl.b event ran twice ({attempts}): a retry, then ok"
     );
-    assert_eq!(
-        starts(env).await,
-        per_queue,
-        "each cl.a handler started once"
-    );
+    match runs {
+        HandlerRuns::Once => assert_eq!(
+            starts(env).await,
+            per_queue,
+            "each cl.a handler started once"
+        ),
+        HandlerRuns::AtLeastOnce => assert!(
+            starts(env).await >= per_queue,
+            "each cl.a handler started at least once"
+        ),
+    }
     let mut conn = env.redis.clone();
     let letters: usize = conn
         .xlen(keys(env).dead_letter_stream("outbox.cl-c"))
@@ -201,12 +243,28 @@ async fn events_flow_through_a_redis_cluster_each_handled_once(pool: PgPool) {
     }
     assert_eq!(slots.len(), 3, "each queue in a slot of its own");
 
+    keep_every_entry(&env).await;
     let fixture = PluginFixture::new(PLUGINS, ROUTES);
     let running = RunningHost::start(&env, &fixture.config(&env.settings), "cluster-a").await;
     env.publish_all(events(100, 0)).await;
-    assert_all_through_once(&env, 100, 10).await;
+    assert_all_through(&env, 100, 10, HandlerRuns::Once).await;
     running.stop().await;
     env.cleanup().await;
+}
+
+/// Publish 20 batches of 15 events per queue, 150 ms apart, in the background.
+fn keep_publishing(env: &TestEnv) -> tokio::task::JoinHandle<()> {
+    let pool = env.pool.clone();
+    tokio::spawn(async move {
+        for batch in 0..20 {
+            let mut tx = pool.begin().await.unwrap();
+            for event in events(15, batch) {
+                publish(&mut tx, event).await.unwrap();
+            }
+            tx.commit().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    })
 }
 
 /// The node (`host:port`) of each primary of the cluster and its replicas.
@@ -244,6 +302,16 @@ async fn node(address: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Whether the replica at `address` is connected to its primary and synced.
+async fn replica_in_sync(address: &str) -> bool {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut node(address).await)
+        .await
+        .unwrap();
+    info.lines().any(|l| l.trim() == "master_link_status:up")
+}
+
 async fn role(address: &str) -> String {
     let reply: Vec<redis::Value> = redis::cmd("ROLE")
         .query_async(&mut node(address).await)
@@ -256,24 +324,13 @@ async fn role(address: &str) -> String {
 async fn a_primary_failover_while_events_flow_loses_and_doubles_nothing(pool: PgPool) {
     let _turn = CLUSTER.lock().await;
     let env = TestEnv::on_cluster(pool).await;
+    keep_every_entry(&env).await;
     let fixture = PluginFixture::new(PLUGINS, ROUTES);
     let running = RunningHost::start(&env, &fixture.config(&env.settings), "cluster-f").await;
 
     // Events keep coming while every primary in turn hands over to its replica
     // (`CLUSTER FAILOVER` on the replica).
-    let publisher = {
-        let pool = env.pool.clone();
-        tokio::spawn(async move {
-            for batch in 0..20 {
-                let mut tx = pool.begin().await.unwrap();
-                for event in events(15, batch) {
-                    publish(&mut tx, event).await.unwrap();
-                }
-                tx.commit().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(150)).await;
-            }
-        })
-    };
+    let publisher = keep_publishing(&env);
     for (primary, replicas) in primaries_and_replicas(&env).await {
         let replica = replicas
             .first()
@@ -293,7 +350,84 @@ async fn a_primary_failover_while_events_flow_loses_and_doubles_nothing(pool: Pg
     }
     publisher.await.unwrap();
     // 20 batches of 15, one failing `cl.c` event in each.
-    assert_all_through_once(&env, 300, 20).await;
+    assert_all_through(&env, 300, 20, HandlerRuns::Once).await;
+    running.stop().await;
+    env.cleanup().await;
+}
+
+/// The primary serving `slot`, and its replicas.
+async fn primary_of_slot(env: &TestEnv, slot: u16) -> (String, Vec<String>) {
+    let mut conn = env.redis.clone();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let serving = nodes
+        .lines()
+        .find(|line| {
+            line.split_whitespace().skip(8).any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if l <= slot && slot <= h)
+            })
+        })
+        .expect("a node serves every slot");
+    let address = serving.split_whitespace().nth(1).unwrap();
+    let address = address.split('@').next().unwrap().to_string();
+    primaries_and_replicas(env)
+        .await
+        .into_iter()
+        .find(|(primary, _)| *primary == address)
+        .expect("the serving node is a primary")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_killed_primary_loses_no_hand_off_when_the_sink_waits_for_a_replica(pool: PgPool) {
+    let _turn = CLUSTER.lock().await;
+    let mut env = TestEnv::on_cluster(pool).await;
+    env.settings.redis_wait_replicas = 1;
+    keep_every_entry(&env).await;
+    let fixture = PluginFixture::new(PLUGINS, ROUTES);
+    let running = RunningHost::start(&env, &fixture.config(&env.settings), "cluster-k").await;
+
+    let publisher = keep_publishing(&env);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The primary of `outbox.cl-a`'s slot crashes (SIGKILL) while events flow; the cluster
+    // promotes its replica; the crashed node comes back and rejoins as a replica.
+    let mut conn = env.redis.clone();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(keys(&env).stream("outbox.cl-a"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (primary, replicas) = primary_of_slot(&env, slot).await;
+    let replica = replicas.first().expect("the primary has a replica").clone();
+    let port = primary.rsplit(':').next().unwrap().to_string();
+    wait_for(
+        &format!("{replica} in sync with {primary}"),
+        Duration::from_secs(20),
+        async || replica_in_sync(&replica).await,
+    )
+    .await;
+    redis_cluster_script(&["kill", &port]);
+    wait_for(
+        &format!("{replica} promoted after {primary} crashed"),
+        Duration::from_secs(30),
+        async || role(&replica).await == "master",
+    )
+    .await;
+    redis_cluster_script(&["revive", &port]);
+    wait_for(
+        &format!("{primary} back as a replica"),
+        Duration::from_secs(30),
+        async || role(&primary).await == "slave",
+    )
+    .await;
+    publisher.await.unwrap();
+    // Every hand-off in the streams once; a handler whose recorded outcome the crash took may
+    // have run again (at-least-once delivery), its receipt written once.
+    assert_all_through(&env, 300, 20, HandlerRuns::AtLeastOnce).await;
     running.stop().await;
     env.cleanup().await;
 }

@@ -576,6 +576,16 @@ declare_settings! {
             default: 10,
             adjust: |n: usize| n.clamp(1, 1024),
         }
+        /// Redis replicas that must confirm each hand-off (`WAIT`, up to 1 s) before the
+        /// dispatcher records it; a hand-off they do not confirm is a blip, handed off again
+        /// (0: none, the default; at most 16).
+        redis_wait_replicas: usize {
+            env: "OUTBOX_REDIS_WAIT_REPLICAS",
+            file: redis_wait_replicas: usize,
+            kind: Number<usize>,
+            default: 0,
+            adjust: |n: usize| n.min(16),
+        }
         /// Retries before an event is given up as `failed`; negative counts as 0.
         max_retries: i32 {
             env: "OUTBOX_MAX_RETRIES",

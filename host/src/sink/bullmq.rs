@@ -260,6 +260,12 @@ impl BullmqSink {
         Ok(sink)
     }
 
+    /// Each pipeline ends with `WAIT replicas 1000` (see [`super::RedisSink::waiting_for_replicas`]).
+    pub fn waiting_for_replicas(mut self, replicas: usize) -> Self {
+        self.script = self.script.waiting_for_replicas(replicas);
+        self
+    }
+
     /// Add every hand-off as a job, with each queue's options in `routes`. Results come back in
     /// input order; the job id stands where the streams sink gives the entry id.
     pub async fn enqueue_with(

@@ -38,7 +38,8 @@ impl QueueSinks {
             settings.dispatch_concurrency,
             routes.clone(),
         )
-        .await?;
+        .await?
+        .waiting_for_replicas(settings.redis_wait_replicas);
         Ok(Self {
             routes,
             streams,

@@ -205,15 +205,24 @@ impl RedisSink {
     }
 
     /// [`connect`](Self::connect) with `REDIS_URL`, `OUTBOX_REDIS_PREFIX`, the dedupe TTL and
-    /// `OUTBOX_DISPATCH_CONCURRENCY` from `settings`.
+    /// `OUTBOX_DISPATCH_CONCURRENCY` from `settings`, each pipeline waiting for
+    /// `OUTBOX_REDIS_WAIT_REPLICAS` replicas.
     pub async fn from_settings(settings: &crate::config::Settings) -> Result<Self, SinkError> {
-        Self::connect(
+        let sink = Self::connect(
             &settings.redis_url,
             &settings.redis_prefix,
             settings.dedupe_ttl,
             settings.dispatch_concurrency,
         )
-        .await
+        .await?;
+        Ok(sink.waiting_for_replicas(settings.redis_wait_replicas))
+    }
+
+    /// Each pipeline ends with `WAIT replicas 1000`: a hand-off counts as written once
+    /// `replicas` replicas have it (0: no wait).
+    pub fn waiting_for_replicas(mut self, replicas: usize) -> Self {
+        self.script = self.script.waiting_for_replicas(replicas);
+        self
     }
 
     /// The Redis keys this sink writes.

@@ -28,6 +28,9 @@ use crate::fault::{self, BlipKind};
 /// How many hand-offs go into one pipeline.
 pub(super) const PIPELINE_CHUNK: usize = 128;
 
+/// How long a pipeline waits for its replicas to confirm its writes (`WAIT`).
+pub(super) const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One enqueue script on one connection.
 #[derive(Clone)]
 pub(super) struct EnqueueScript {
@@ -36,6 +39,8 @@ pub(super) struct EnqueueScript {
     /// What the script does, for errors ("the BullMQ add script").
     what: &'static str,
     concurrency: usize,
+    /// Replicas that must confirm each pipeline's writes (`WAIT` at its end; 0: none).
+    wait_replicas: usize,
 }
 
 impl EnqueueScript {
@@ -52,7 +57,17 @@ impl EnqueueScript {
             script: redis::Script::new(source),
             what,
             concurrency: concurrency.max(1),
+            wait_replicas: 0,
         }
+    }
+
+    /// Make every pipeline end with `WAIT replicas 1000` on the node that ran it: a hand-off is
+    /// reported written only once `replicas` replicas have it, so a primary that dies before
+    /// replicating loses no hand-off the dispatcher recorded (the others come back as blips and
+    /// are handed off again, idempotently). 0: no wait.
+    pub(super) fn waiting_for_replicas(mut self, replicas: usize) -> Self {
+        self.wait_replicas = replicas;
+        self
     }
 
     /// The connection the script runs on.
@@ -202,14 +217,37 @@ impl EnqueueScript {
         for item in chunk {
             args(item, pipe.cmd("EVALSHA").arg(hash));
         }
+        let waits = self.wait_replicas > 0;
+        if waits {
+            // No key: the pipeline still goes to the node of its hand-offs, which answers it.
+            pipe.cmd("WAIT")
+                .arg(self.wait_replicas)
+                .arg(REPLICA_WAIT.as_millis() as u64);
+        }
+        let expected = chunk.len() + usize::from(waits);
         let mut conn = self.conn.clone();
         // Not `query_async`: it turns the first error reply into an error for the whole pipeline.
-        match conn.req_packed_commands(&pipe, 0, chunk.len()).await {
-            Ok(replies) if replies.len() == chunk.len() => chunk
-                .iter()
-                .zip(replies)
-                .map(|(item, reply)| self.parse_reply(item, reply, extra))
-                .collect(),
+        match conn.req_packed_commands(&pipe, 0, expected).await {
+            Ok(mut replies) if replies.len() == expected => {
+                let confirmed = match waits.then(|| replies.pop()).flatten() {
+                    None => None,
+                    Some(Value::Int(n)) => Some(n.max(0) as usize),
+                    Some(_) => Some(0),
+                };
+                chunk
+                    .iter()
+                    .zip(replies)
+                    .map(|(item, reply)| {
+                        let result = self.parse_reply(item, reply, extra);
+                        match confirmed {
+                            Some(n) if n < self.wait_replicas && result.stream_id().is_some() => {
+                                self.not_replicated(item, n)
+                            }
+                            _ => result,
+                        }
+                    })
+                    .collect()
+            }
             Ok(replies) => chunk
                 .iter()
                 .map(|item| {
@@ -223,6 +261,24 @@ impl EnqueueScript {
                 })
                 .collect(),
             Err(e) => chunk.iter().map(|item| redis_error(item, &e)).collect(),
+        }
+    }
+
+    /// A hand-off written but confirmed by only `confirmed` of the replicas it must reach: a
+    /// blip (the primary may lose it), handed off again later.
+    fn not_replicated(&self, item: &Enqueue<'_>, confirmed: usize) -> EnqueueResult {
+        EnqueueResult::Unavailable {
+            error: format!(
+                "event {} to {}: written, but {confirmed} of the {} replicas OUTBOX_REDIS_WAIT_REPLICAS asks for confirmed it within {} ms",
+                item.event.id,
+                item.queue,
+                self.wait_replicas,
+                REPLICA_WAIT.as_millis()
+            ),
+            blip: fault::Blip {
+                service: fault::Service::Redis,
+                kind: BlipKind::Timeout,
+            },
         }
     }
 

@@ -27,15 +27,15 @@ const ROUTER_PLUGIN: &str = "prefix-router";
 const GRAPHILE_WORKER_DIR: &str = "bench/graphile-worker";
 
 /// What the host's run measured.
-struct HostRun {
+pub(crate) struct HostRun {
     /// Seconds of `Host::builder()...start()` (connect, migrate, compile plugins).
-    start: f64,
+    pub(crate) start: f64,
     /// Seconds from the start call until the dispatcher had recorded every event `done`.
-    dispatched: f64,
+    pub(crate) dispatched: f64,
     /// Seconds from the start call until the first `ok` receipt.
-    first_receipt: f64,
+    pub(crate) first_receipt: f64,
     /// Seconds from the start call until the last `ok` receipt.
-    total: f64,
+    pub(crate) total: f64,
 }
 
 /// The graphile-worker script's one JSON line.
@@ -141,7 +141,11 @@ pub(crate) async fn run(
 }
 
 /// One host from its start call until every one of `n` pre-inserted events has an `ok` receipt.
-async fn host_end_to_end(pool: &PgPool, settings: &Settings, n: i64) -> anyhow::Result<HostRun> {
+pub(crate) async fn host_end_to_end(
+    pool: &PgPool,
+    settings: &Settings,
+    n: i64,
+) -> anyhow::Result<HostRun> {
     prepare_typed(pool, settings, n, "bench.echo").await?;
     clear_receiver_state(pool, settings).await?;
     let text = format!(

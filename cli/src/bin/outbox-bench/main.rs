@@ -27,6 +27,7 @@ use serde::Serialize;
 mod bullmq;
 mod churn;
 mod claim_cost;
+mod cluster;
 mod common;
 mod console;
 mod dispatch;
@@ -117,6 +118,10 @@ struct Args {
     /// fill two batches of 100 in flight but not two of 1,000.
     #[arg(long, default_value_t = 100)]
     ordered_batch: i64,
+    /// The Redis Cluster of the cluster section (`redis+cluster://host:port,...`); default: the
+    /// loopback cluster `scripts/redis-cluster.sh` starts.
+    #[arg(long)]
+    cluster_url: Option<String>,
     /// Events in the table while the console's pages are timed.
     #[arg(long, default_value_t = 1_000_000)]
     console_events: i64,
@@ -159,6 +164,8 @@ enum Section {
     Ordered,
     /// Dispatch throughput into BullMQ's job format against the same events into a stream.
     Bullmq,
+    /// The end-to-end run on a Redis Cluster against one Redis node.
+    Cluster,
     Console,
 }
 
@@ -211,6 +218,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if run(Section::E2e) {
         e2e::run(&args, &mut report, &pool, &settings).await?;
+    }
+    if run(Section::Cluster) {
+        cluster::run(&args, &mut report, &pool, &settings).await?;
     }
     if run(Section::ClaimCost) {
         claim_cost::run(&args, &mut report, &pool, &settings).await?;

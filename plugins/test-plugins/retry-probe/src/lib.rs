@@ -6,7 +6,8 @@
 //! `retry-after:<ms>` (the handler's own delay), `fail`, `panic` (a Rust panic: a trap for the
 //! host). Before doing it, every attempt appends its number to the kv key `attempts-<event id>`
 //! (comma-separated; a compare-and-set loop, so concurrent attempts never lose one): a test
-//! reads that key to see which attempts ran, and when. Needs the `kv` grant. Config: none.
+//! reads that key to see which attempts ran, and when. An attempt whose kv write fails (Redis
+//! away) asks for a retry without doing its step. Needs the `kv` grant. Config: none.
 
 use std::time::Duration;
 
@@ -44,7 +45,8 @@ impl Handler for RetryProbe {
             Err(e) => return Outcome::fail(format!("retry-probe: bad payload: {e}")),
         };
         if let Err(e) = record(&format!("attempts-{}", delivery.event.id), delivery.attempt) {
-            return Outcome::fail(format!("retry-probe: kv: {e}"));
+            // The kv store is away (a Redis blip): not the event's fault, try again later.
+            return Outcome::retry(format!("retry-probe: kv: {e}"));
         }
         let index = (delivery.attempt as usize).saturating_sub(1);
         let step = script
