@@ -377,10 +377,12 @@ impl TestEnv {
     /// Delete this test's Redis keys.
     pub async fn cleanup(&self) {
         let mut conn = self.redis.clone();
-        let keys: Vec<String> = conn
-            .keys(format!("{}*", self.prefix))
-            .await
-            .unwrap_or_default();
+        let mut keys: Vec<String> = Vec::new();
+        for pattern in outbox_host::queue::QueueKeys::from_settings(&self.settings).match_patterns()
+        {
+            let matched: Vec<String> = conn.keys(pattern).await.unwrap_or_default();
+            keys.extend(matched);
+        }
         if conn.is_cluster() {
             // One key at a time: a command reaches one slot.
             for key in keys {

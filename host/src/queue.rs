@@ -169,6 +169,15 @@ impl QueueKeys {
         self.layout
     }
 
+    /// `KEYS`/`SCAN` patterns that together match every key under this prefix: `<prefix>*`, and
+    /// on a cluster also `{<prefix>*` (the keys that start with a queue's hash tag).
+    pub fn match_patterns(&self) -> Vec<String> {
+        match self.layout {
+            KeyLayout::Classic => vec![format!("{}*", self.prefix)],
+            KeyLayout::Slotted => vec![format!("{}*", self.prefix), format!("{{{}*", self.prefix)],
+        }
+    }
+
     /// A key of `queue` on a cluster: `{<prefix><queue>}<rest>` (the queue's slot).
     fn in_queue_slot(&self, queue: &str, rest: std::fmt::Arguments<'_>) -> String {
         format!("{{{}{}}}{}", self.prefix, queue, rest)
@@ -582,6 +591,12 @@ mod tests {
             keys.receipts_stream(queue),
         ] {
             assert_eq!(hashed_part(&key), stream, "{key}");
+            assert!(
+                keys.match_patterns()
+                    .iter()
+                    .any(|p| key.starts_with(p.trim_end_matches('*'))),
+                "{key} is found by the prefix's patterns"
+            );
         }
         assert_eq!(
             keys.enqueued_marker(queue, 42),

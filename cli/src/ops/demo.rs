@@ -64,10 +64,13 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let pool = store::connect(&settings.database_url, 8).await?;
     store::migrate(&pool).await?;
     store::empty_outbox(&pool).await?;
-    let keys = QueueKeys::new(DEMO_REDIS_PREFIX);
-    let redis = redis::Client::open(settings.redis_url.as_str())?;
-    let mut conn = redis.get_multiplexed_async_connection().await?;
-    let old: Vec<String> = conn.keys(format!("{DEMO_REDIS_PREFIX}*")).await?;
+    let keys = QueueKeys::from_settings(settings);
+    let mut conn = outbox_host::redis_conn::connect_shared(settings).await?;
+    let mut old: Vec<String> = Vec::new();
+    for pattern in keys.match_patterns() {
+        let matched: Vec<String> = conn.keys(pattern).await?;
+        old.extend(matched);
+    }
     if !old.is_empty() {
         let _: () = conn.del(old).await?;
     }

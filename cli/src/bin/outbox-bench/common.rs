@@ -162,10 +162,14 @@ pub(crate) async fn prepare_typed(
 pub(crate) async fn clear_redis(settings: &Settings) -> anyhow::Result<()> {
     let keys = QueueKeys::from_settings(settings);
     let mut conn = redis_connection(settings).await?;
-    let found: Vec<String> = conn
-        .keys(format!("{}*", keys.prefix()))
-        .await
-        .context("list the bench's Redis keys")?;
+    let mut found: Vec<String> = Vec::new();
+    for pattern in keys.match_patterns() {
+        let matched: Vec<String> = conn
+            .keys(pattern)
+            .await
+            .context("list the bench's Redis keys")?;
+        found.extend(matched);
+    }
     for chunk in found.chunks(1000) {
         let _: () = conn
             .del(chunk)
