@@ -312,6 +312,17 @@ async fn replica_in_sync(address: &str) -> bool {
     info.lines().any(|l| l.trim() == "master_link_status:up")
 }
 
+/// Wait (up to 20 s) until the replica at `replica` is in sync with `primary`: a failover
+/// before that finds no replica able to take over.
+async fn wait_until_in_sync(replica: &str, primary: &str) {
+    wait_for(
+        &format!("{replica} in sync with {primary}"),
+        Duration::from_secs(20),
+        async || replica_in_sync(replica).await,
+    )
+    .await;
+}
+
 async fn role(address: &str) -> String {
     let reply: Vec<redis::Value> = redis::cmd("ROLE")
         .query_async(&mut node(address).await)
@@ -336,6 +347,7 @@ async fn a_primary_failover_while_events_flow_loses_and_doubles_nothing(pool: Pg
             .first()
             .expect("every primary has a replica")
             .clone();
+        wait_until_in_sync(&replica, &primary).await;
         let _: () = redis::cmd("CLUSTER")
             .arg("FAILOVER")
             .query_async(&mut node(&replica).await)
@@ -404,12 +416,7 @@ async fn a_killed_primary_loses_no_hand_off_when_the_sink_waits_for_a_replica(po
     let (primary, replicas) = primary_of_slot(&env, slot).await;
     let replica = replicas.first().expect("the primary has a replica").clone();
     let port = primary.rsplit(':').next().unwrap().to_string();
-    wait_for(
-        &format!("{replica} in sync with {primary}"),
-        Duration::from_secs(20),
-        async || replica_in_sync(&replica).await,
-    )
-    .await;
+    wait_until_in_sync(&replica, &primary).await;
     redis_cluster_script(&["kill", &port]);
     wait_for(
         &format!("{replica} promoted after {primary} crashed"),

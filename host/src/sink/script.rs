@@ -18,7 +18,6 @@
 
 use crate::redis_conn::RedisConn;
 use futures::stream::{self, StreamExt};
-use futures::FutureExt;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
@@ -107,47 +106,40 @@ impl EnqueueScript {
         F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
         X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
-        if !self.conn.is_cluster() {
-            let pipelines: Vec<_> = items
-                .chunks(PIPELINE_CHUNK)
-                .enumerate()
-                .map(|(i, chunk)| self.run_chunk(chunk, args, extra).map(move |r| (i, r)))
-                .collect();
-            let mut results: Vec<(usize, Vec<EnqueueResult>)> = stream::iter(pipelines)
-                .buffer_unordered(self.concurrency)
+        // Which items go into each pipeline: in input order on one node; on a Redis Cluster,
+        // where a pipeline reaches one slot, the items of one queue (a queue's keys share its
+        // slot). Results are put back in input order either way.
+        let pipelines: Vec<Vec<usize>> = if self.conn.is_cluster() {
+            let mut by_queue: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+            for (i, item) in items.iter().enumerate() {
+                by_queue.entry(item.queue).or_default().push(i);
+            }
+            by_queue
+                .into_values()
+                .flat_map(|positions| {
+                    positions
+                        .chunks(PIPELINE_CHUNK)
+                        .map(<[usize]>::to_vec)
+                        .collect::<Vec<_>>()
+                })
                 .collect()
-                .await;
-            results.sort_by_key(|(i, _)| *i);
-            return results.into_iter().flat_map(|(_, r)| r).collect();
-        }
-        // On a Redis Cluster a pipeline reaches one slot: pipelines per queue (a queue's keys
-        // share its slot), their results put back in input order.
-        let mut by_queue: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
-        for (i, item) in items.iter().enumerate() {
-            by_queue.entry(item.queue).or_default().push(i);
-        }
-        let chunks: Vec<Vec<usize>> = by_queue
-            .into_values()
-            .flat_map(|positions| {
-                positions
-                    .chunks(PIPELINE_CHUNK)
-                    .map(<[usize]>::to_vec)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let pipelines: Vec<_> = chunks
-            .into_iter()
-            .map(|positions| async move {
-                let chunk: Vec<Enqueue<'a>> = positions.iter().map(|&i| items[i].clone()).collect();
-                let results = self.run_chunk(&chunk, args, extra).await;
-                (positions, results)
-            })
-            .collect();
-        let done: Vec<(Vec<usize>, Vec<EnqueueResult>)> = stream::iter(pipelines)
+        } else {
+            (0..items.len())
+                .collect::<Vec<_>>()
+                .chunks(PIPELINE_CHUNK)
+                .map(<[usize]>::to_vec)
+                .collect()
+        };
+        let runs = pipelines.into_iter().map(|positions| async move {
+            let chunk: Vec<Enqueue<'a>> = positions.iter().map(|&i| items[i].clone()).collect();
+            let results = self.run_chunk(&chunk, args, extra).await;
+            (positions, results)
+        });
+        let done: Vec<(Vec<usize>, Vec<EnqueueResult>)> = stream::iter(runs)
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        let mut results: Vec<Option<EnqueueResult>> = (0..items.len()).map(|_| None).collect();
+        let mut results: Vec<Option<EnqueueResult>> = vec![None; items.len()];
         for (positions, chunk_results) in done {
             for (i, result) in positions.into_iter().zip(chunk_results) {
                 results[i] = Some(result);
