@@ -3,10 +3,11 @@
 //! A receipt travels in two steps, so none is lost with a killed host. The outcome script that
 //! records a handler run in Redis (see `outcomes`) also appends the run's receipt to the
 //! receipts stream (`{prefix}outbox:receipts`; on a Redis Cluster one per queue, see
-//! [`QueueKeys::receipts_stream`]) in the same atomic step: an acknowledged entry always has its receipt somewhere. This module owns the
-//! other step, the writer: it reads that stream as a consumer group, writes what it read to
-//! `outbox_receipt` a batch per transaction ([`write_receipts`]'s statement, retried on a fresh
-//! connection through infrastructure blips for up to [`RECEIPT_RETRY_FOR`]), and only then
+//! [`QueueKeys::receipts_stream`]) in the same atomic step: an acknowledged entry always has
+//! its receipt somewhere. This module owns the other step, the writer: it reads that stream as
+//! a consumer group, writes what it read to `outbox_receipt` a batch per transaction
+//! ([`write_receipts`]'s statement, retried on a fresh connection through infrastructure blips
+//! for up to [`RECEIPT_RETRY_FOR`]), and only then
 //! acknowledges and deletes the stream entries. A receipt read by a writer that died first
 //! stays pending and is adopted by another writer after the receiver lease (`XAUTOCLAIM`), or
 //! by the same consumer reading its own pending entries again after a failed write. Writing
