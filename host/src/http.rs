@@ -4,6 +4,9 @@
 //! pages under `/console` are [`crate::console`]'s. A port that cannot be bound is logged and
 //! the host goes on without the endpoint. Bound anywhere but loopback it warns: the console
 //! signs in with tokens and sets a session cookie, which must not cross a network in clear.
+//! Every path but `/healthz` and `/readyz` answers only the allowed `Host`s
+//! ([`crate::allowed_hosts`]), and the console sees each request's client address (its sign-in
+//! limit counts per address).
 
 use std::sync::OnceLock;
 
@@ -335,9 +338,6 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(probe);
-    if let Some(console) = console {
-        app = app.merge(console.router());
-    }
     let listener = match tokio::net::TcpListener::bind(&addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -345,13 +345,31 @@ pub async fn serve(
             return;
         }
     };
+    let allowed = match (&console, listener.local_addr()) {
+        (Some(console), Ok(local)) => console.allowed_hosts(local),
+        (None, Ok(local)) => crate::allowed_hosts::AllowedHosts::new(local, "", &[]),
+        (_, Err(e)) => {
+            tracing::warn!(%addr, error = %e, "metrics endpoint not started: no local address");
+            return;
+        }
+    };
+    if let Some(console) = console {
+        app = app.merge(console.router());
+    }
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        std::sync::Arc::new(allowed),
+        crate::allowed_hosts::check_host,
+    ));
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz and the console at /console");
     if !crate::console::is_loopback(&addr) {
         tracing::warn!(%addr, "the console and /metrics listen beyond loopback: put a TLS-terminating proxy in front, or operator tokens and session cookies cross the network in clear");
     }
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    .await;
     if let Err(e) = served {
         tracing::warn!(error = %e, "metrics endpoint stopped");
     }

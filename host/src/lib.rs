@@ -27,6 +27,7 @@
 //! ```
 
 pub mod alerts;
+pub mod allowed_hosts;
 pub mod capability;
 pub mod config;
 pub mod console;

@@ -8,6 +8,7 @@ mod bullmq;
 mod capabilities;
 mod claim;
 mod console;
+mod console_access;
 mod contracts;
 mod dispatch;
 mod failures;

@@ -280,3 +280,42 @@ async fn sql_callers_cannot_raise_the_hosts_payload_limit(pool: PgPool) {
         "{err}"
     );
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn outbox_publish_resolves_names_through_its_own_search_path_not_the_callers(pool: PgPool) {
+    // Its settings pin the search path: pg_catalog, its own schema, pg_temp last.
+    let config: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(proconfig) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.proname = 'outbox_publish' AND n.nspname = 'public'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        config,
+        vec!["search_path=pg_catalog, public, pg_temp".to_string()]
+    );
+
+    // A caller whose search path puts a look-alike table first still publishes into the outbox.
+    let mut conn = pool.acquire().await.unwrap();
+    for statement in [
+        "CREATE SCHEMA lookalike",
+        "CREATE TABLE lookalike.outbox_event (LIKE public.outbox_event INCLUDING ALL)",
+        "SET search_path = lookalike, public",
+    ] {
+        sqlx::query(statement).execute(&mut *conn).await.unwrap();
+    }
+    let id: i64 = sqlx::query_scalar("SELECT public.outbox_publish('mail.welcome', '{}'::jsonb)")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let (in_outbox, in_lookalike): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM public.outbox_event WHERE id = $1),
+                (SELECT count(*) FROM lookalike.outbox_event)",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!((in_outbox, in_lookalike), (1, 0));
+}

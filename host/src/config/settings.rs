@@ -256,6 +256,53 @@ impl SettingKind for DirPath {
     }
 }
 
+/// The console's public URL: empty, or `http://` / `https://` and a host (the scheme decides
+/// the session cookie's `Secure` flag, the host joins the allowed `Host`s).
+pub(crate) struct PublicUrl;
+
+impl SettingKind for PublicUrl {
+    type Raw = String;
+    type Value = String;
+    fn parse(text: &str) -> Result<String, String> {
+        Ok(text.trim().to_string())
+    }
+    fn check(raw: &String) -> Result<(), String> {
+        crate::allowed_hosts::check_public_url(raw)
+    }
+    fn value(raw: String) -> String {
+        raw
+    }
+    fn show(value: &String) -> String {
+        value.clone()
+    }
+}
+
+/// A list of `Host` header values (`host` or `host:port`): `a.example,b.example:8443` in the
+/// environment, `["a.example", "b.example:8443"]` in the file.
+pub(crate) struct HostList;
+
+impl SettingKind for HostList {
+    type Raw = Vec<String>;
+    type Value = Vec<String>;
+    fn parse(text: &str) -> Result<Vec<String>, String> {
+        Ok(text
+            .split(',')
+            .map(|part| part.trim().to_string())
+            .filter(|part| !part.is_empty())
+            .collect())
+    }
+    fn check(raw: &Vec<String>) -> Result<(), String> {
+        raw.iter()
+            .try_for_each(|host| crate::allowed_hosts::check_host_entry(host))
+    }
+    fn value(raw: Vec<String>) -> Vec<String> {
+        raw.into_iter().map(|h| h.to_ascii_lowercase()).collect()
+    }
+    fn show(value: &Vec<String>) -> String {
+        value.join(",")
+    }
+}
+
 /// `permissive` or `strict` ([`ContractMode`]).
 pub(crate) struct ContractModeKind;
 
@@ -673,6 +720,61 @@ declare_settings! {
             file: http_addr: String,
             kind: Text,
             default: String::from("127.0.0.1:9464"),
+        }
+        /// The console's public URL as operators open it (e.g. `https://outbox.example.com`,
+        /// empty: none). `https://` marks the session cookie `Secure`; its host is an allowed
+        /// `Host` of the endpoint.
+        console_public_url: String {
+            env: "OUTBOX_CONSOLE_PUBLIC_URL",
+            file: console_public_url: String,
+            kind: PublicUrl,
+            default: String::new(),
+        }
+        /// More `Host` values the console and `/metrics` answer (comma-separated `host` or
+        /// `host:port`; a host without a port is allowed on any port), e.g. a proxy's name.
+        /// Always allowed: the listener's address, `localhost`, `127.0.0.1`, `[::1]` with its
+        /// port, and the public URL's host.
+        console_allowed_hosts: Vec<String> {
+            env: "OUTBOX_CONSOLE_ALLOWED_HOSTS",
+            file: console_allowed_hosts: Vec<String>,
+            kind: HostList,
+            default: Vec::new(),
+        }
+        /// Console sign-in attempts allowed per client address per minute (clamped to
+        /// 1..=10000); more get 429 before any database query.
+        console_sign_in_per_minute: u32 {
+            env: "OUTBOX_CONSOLE_SIGN_IN_PER_MINUTE",
+            file: console_sign_in_per_minute: u32,
+            kind: Number<u32>,
+            default: 10,
+            adjust: |n: u32| n.clamp(1, 10_000),
+        }
+        /// Console sign-in attempts allowed per minute from all addresses together (clamped to
+        /// 1..=100000).
+        console_sign_in_global_per_minute: u32 {
+            env: "OUTBOX_CONSOLE_SIGN_IN_GLOBAL_PER_MINUTE",
+            file: console_sign_in_global_per_minute: u32,
+            kind: Number<u32>,
+            default: 100,
+            adjust: |n: u32| n.clamp(1, 100_000),
+        }
+        /// PostgreSQL connections of the console's own pool for its reads and sign-ins
+        /// (clamped to 1..=16), apart from the dispatcher's.
+        console_db_connections: u32 {
+            env: "OUTBOX_CONSOLE_DB_CONNECTIONS",
+            file: console_db_connections: u32,
+            kind: Number<u32>,
+            default: 3,
+            adjust: |n: u32| n.clamp(1, 16),
+        }
+        /// `statement_timeout` of the console's pool (at least 100 ms): a search that takes
+        /// longer is cancelled and the page says so.
+        console_statement_timeout: Duration {
+            env: "OUTBOX_CONSOLE_STATEMENT_TIMEOUT_MS",
+            file: console_statement_timeout_ms: u64,
+            kind: Millis,
+            default: 5000,
+            adjust: |d: Duration| d.max(Duration::from_millis(100)),
         }
         /// Handler retries before an entry goes to the dead-letter stream.
         handler_max_retries: u32 {

@@ -62,7 +62,10 @@ pub async fn failed(
     };
     let page = store::search_events(console.pool(), &search, FAILED_ROWS)
         .await
-        .map_err(|e| ConsoleError::Unavailable(e.to_string()))?;
+        .map_err(|e| match e {
+            store::SearchError::Invalid(m) => ConsoleError::BadRequest(m),
+            store::SearchError::Store(e) => e.into(),
+        })?;
     let field = |name: &str| params.get(name).unwrap_or_default().to_string();
     let admin = viewer.is_admin();
     let body = html! {
@@ -165,7 +168,7 @@ async fn planned(
     let (action, filter) = repair_of(form)?;
     let viewer = console.admin_form(headers, form, action.as_str()).await?;
     let plan = store::plan_repair(
-        console.pool(),
+        console.host_pool(),
         action,
         &filter,
         Some(REPAIR_LIMIT),
@@ -200,7 +203,7 @@ pub async fn failed_preview(
         arguments,
     } = planned(&console, &headers, &form).await?;
     store::record_audit(
-        console.pool(),
+        console.host_pool(),
         &viewer.operator,
         action.as_str(),
         &arguments,
@@ -255,7 +258,7 @@ pub async fn failed_apply(
         arguments,
     } = planned(&console, &headers, &form).await?;
     let report = store::apply_repair(
-        console.pool(),
+        console.host_pool(),
         &plan,
         &viewer.operator.name,
         &arguments,
@@ -263,7 +266,7 @@ pub async fn failed_apply(
     )
     .await?;
     store::record_audit(
-        console.pool(),
+        console.host_pool(),
         &viewer.operator,
         action.as_str(),
         &arguments,
@@ -285,21 +288,43 @@ pub async fn failed_apply(
     ))
 }
 
-/// The handler-bound queues of the routes in force, plus `asked`.
-fn dead_letter_queues(console: &Console, asked: Option<&str>) -> Vec<String> {
-    let mut queues: Vec<String> = console
+/// The handler-bound queues of the routes in force (the only queues with dead letters).
+fn handler_bound_queues(console: &Console) -> Vec<String> {
+    console
         .inner
         .live
         .as_ref()
         .map(|l| l.routes.load().handlers.keys().cloned().collect())
-        .unwrap_or_default();
-    if let Some(q) = asked {
-        queues.retain(|x| x == q);
-        if queues.is_empty() {
-            queues.push(q.to_string());
-        }
+        .unwrap_or_default()
+}
+
+/// `queue` as a dead-letter page or form names it, checked before any Redis call: it must meet
+/// the queue naming rule and be a handler-bound queue of the routes in force; otherwise a 404
+/// saying why.
+fn known_dead_letter_queue(console: &Console, queue: &str) -> Result<(), ConsoleError> {
+    let shown: String = queue.chars().take(80).collect();
+    if let Err(rule) = crate::config::validate_queue_name(queue) {
+        return Err(ConsoleError::NotFound(format!(
+            "no queue {shown:?}: {rule} (nothing was read or changed)"
+        )));
     }
-    queues
+    if !handler_bound_queues(console).iter().any(|q| q == queue) {
+        return Err(ConsoleError::NotFound(format!(
+            "no queue {shown:?} among the handler-bound queues of the routes in force, so it has no dead letters (nothing was read or changed)"
+        )));
+    }
+    Ok(())
+}
+
+/// The queues a dead-letter page lists: `asked` once checked, else every handler-bound one.
+fn dead_letter_queues(console: &Console, asked: Option<&str>) -> Result<Vec<String>, ConsoleError> {
+    match asked {
+        Some(queue) => {
+            known_dead_letter_queue(console, queue)?;
+            Ok(vec![queue.to_string()])
+        }
+        None => Ok(handler_bound_queues(console)),
+    }
 }
 
 /// The newest [`DEAD_LETTERS_SHOWN`] dead letters of each of `queues`.
@@ -328,14 +353,14 @@ pub async fn dead_letters(
 ) -> Page {
     let viewer = console.viewer(&headers).await?;
     let params = Params::parse(query.unwrap_or_default().as_bytes());
-    let queues = dead_letter_queues(&console, params.get("queue"));
+    let queues = dead_letter_queues(&console, params.get("queue"))?;
     let letters = list_dead_letters(&console, &queues).await?;
     let admin = viewer.is_admin();
     let body = html! {
         form.search method="get" action="/console/dead-letters" {
             label { "queue" select name="queue" {
                 option value="" { "every handler-bound queue" }
-                @for q in dead_letter_queues(&console, None) { option value=(q) selected[params.get("queue") == Some(q.as_str())] { (q) } }
+                @for q in handler_bound_queues(&console) { option value=(q) selected[params.get("queue") == Some(q.as_str())] { (q) } }
             } }
             button type="submit" { "Filter" }
         }
@@ -394,18 +419,23 @@ async fn letters_of(
             "at most {DEAD_LETTERS_SHOWN} dead letters at a time (nothing was changed)"
         )));
     }
-    let store = console
-        .dead_letter_store()
-        .await
-        .map_err(ConsoleError::Unavailable)?;
-    let mut found = Vec::new();
-    let mut missing = Vec::new();
+    let mut picked = Vec::with_capacity(wanted.len());
     for key in wanted {
         let Some((queue, id)) = key.rsplit_once('|') else {
             return Err(ConsoleError::BadRequest(format!(
                 "{key:?} names no dead letter (nothing was changed)"
             )));
         };
+        known_dead_letter_queue(console, queue)?;
+        picked.push((key, queue, id));
+    }
+    let store = console
+        .dead_letter_store()
+        .await
+        .map_err(ConsoleError::Unavailable)?;
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for (key, queue, id) in picked {
         let letter = within_limit(store.find(queue, id))
             .await
             .map_err(ConsoleError::Unavailable)?;
@@ -431,7 +461,7 @@ pub async fn dead_letters_preview(
     let (command, letters, missing) = letters_of(&console, &form).await?;
     let arguments = serde_json::json!({ "letters": form.all("letter"), "via": "console" });
     store::record_audit(
-        console.pool(),
+        console.host_pool(),
         &viewer.operator,
         command,
         &arguments,
@@ -510,7 +540,7 @@ pub async fn dead_letters_apply(
     }
     let arguments = serde_json::json!({ "letters": form.all("letter"), "via": "console" });
     store::record_audit(
-        console.pool(),
+        console.host_pool(),
         &viewer.operator,
         command,
         &arguments,

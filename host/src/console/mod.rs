@@ -8,6 +8,12 @@
 //! watches. Reads need a viewer, actions an admin, the same identities, guardrails (dry-run
 //! preview, then a confirmation) and audit trail as the CLI's commands.
 //!
+//! Its reads and sign-ins run on its own small pool ([`crate::store::console_pool`]:
+//! `OUTBOX_CONSOLE_DB_CONNECTIONS` connections with `OUTBOX_CONSOLE_STATEMENT_TIMEOUT_MS`), so a
+//! slow search or a burst of sign-ins never waits for, or holds, the dispatcher's connections;
+//! a search cut by the timeout says so. Sign-in attempts are limited before any query
+//! ([`sign_in_limit`]). Repairs and their audit rows go through the host's pool, as the CLI's do.
+//!
 //! It never changes a row or an entry except through the store's and receivers' own repair
 //! operations, and it never holds a lock or a Redis call open across a page.
 
@@ -32,6 +38,7 @@ mod actions;
 mod layout;
 mod pages;
 pub mod session;
+pub mod sign_in_limit;
 
 pub use session::Sessions;
 
@@ -45,7 +52,12 @@ pub struct Console {
 }
 
 struct Inner {
-    pool: PgPool,
+    /// The console's own pool: reads and sign-ins.
+    read_pool: PgPool,
+    /// The host's pool: repairs and their audit rows.
+    host_pool: PgPool,
+    /// Sign-in attempts per client address and in all.
+    sign_in_limit: sign_in_limit::SignInLimit,
     settings: Arc<Settings>,
     live: Option<LiveConfig>,
     worker_id: String,
@@ -56,17 +68,30 @@ struct Inner {
 }
 
 impl Console {
-    /// The console of the host `worker_id`, reading `pool`, the Redis of `settings` (connected
-    /// at the first page that needs it) and the live configuration.
+    /// The console of the host `worker_id`: it reads the database of `pool` through its own
+    /// small pool (`OUTBOX_CONSOLE_DB_CONNECTIONS`, `OUTBOX_CONSOLE_STATEMENT_TIMEOUT_MS`;
+    /// connected at the first page), repairs through `pool`, and reads the Redis of `settings`
+    /// (connected at the first page that needs it) and the live configuration.
     pub fn new(
         pool: PgPool,
         settings: Arc<Settings>,
         live: Option<LiveConfig>,
         worker_id: String,
     ) -> Self {
+        let read_pool = crate::store::console_pool(
+            &pool,
+            settings.console_db_connections,
+            settings.console_statement_timeout,
+        );
+        let sign_in_limit = sign_in_limit::SignInLimit::new(
+            settings.console_sign_in_per_minute,
+            settings.console_sign_in_global_per_minute,
+        );
         Self {
             inner: Arc::new(Inner {
-                pool,
+                read_pool,
+                host_pool: pool,
+                sign_in_limit,
                 settings,
                 live,
                 worker_id,
@@ -112,8 +137,34 @@ impl Console {
             .with_state(self)
     }
 
+    /// The `Host` values the endpoint serving this console on `local` answers (see
+    /// [`crate::allowed_hosts`]).
+    pub fn allowed_hosts(&self, local: std::net::SocketAddr) -> crate::allowed_hosts::AllowedHosts {
+        let settings = &self.inner.settings;
+        crate::allowed_hosts::AllowedHosts::new(
+            local,
+            &settings.console_public_url,
+            &settings.console_allowed_hosts,
+        )
+    }
+
+    /// The console's own pool, which its pages and sign-ins read through (not the host's).
+    pub fn read_pool(&self) -> &PgPool {
+        &self.inner.read_pool
+    }
+
     fn pool(&self) -> &PgPool {
-        &self.inner.pool
+        &self.inner.read_pool
+    }
+
+    /// The host's pool: repairs and audit rows, as the CLI writes them.
+    fn host_pool(&self) -> &PgPool {
+        &self.inner.host_pool
+    }
+
+    /// Whether the session cookie is `Secure` (`OUTBOX_CONSOLE_PUBLIC_URL` is `https://`).
+    fn secure_cookie(&self) -> bool {
+        crate::allowed_hosts::is_https(&self.inner.settings.console_public_url)
     }
 
     /// A Redis connection (made at first use; the reason when Redis is down).
@@ -133,7 +184,7 @@ impl Console {
             return Err("this host runs without a routes file: no trace".into());
         };
         let connect = Tracer::connect(
-            self.inner.pool.clone(),
+            self.inner.read_pool.clone(),
             &self.inner.settings,
             live.router.clone(),
         );
@@ -185,6 +236,9 @@ pub enum ConsoleError {
     /// No such thing.
     #[error("{0}")]
     NotFound(String),
+    /// Too many sign-in attempts: try again after this long.
+    #[error("too many sign-in attempts: try again in {} s", .0.as_secs().max(1))]
+    TooManyAttempts(Duration),
     /// PostgreSQL or Redis failed.
     #[error("{0}")]
     Unavailable(String),
@@ -192,6 +246,18 @@ pub enum ConsoleError {
 
 impl From<crate::store::StoreError> for ConsoleError {
     fn from(e: crate::store::StoreError) -> Self {
+        if crate::store::is_statement_timeout(&e) {
+            return ConsoleError::Unavailable(format!(
+                "{}: this read took longer than the console allows (OUTBOX_CONSOLE_STATEMENT_TIMEOUT_MS) and was cancelled; narrow it (a type prefix, a tenant, a shorter time range) and try again",
+                e.context
+            ));
+        }
+        if matches!(e.source, sqlx::Error::PoolTimedOut) {
+            return ConsoleError::Unavailable(format!(
+                "{}: every database connection of the console is busy (OUTBOX_CONSOLE_DB_CONNECTIONS); try again in a moment",
+                e.context
+            ));
+        }
         ConsoleError::Unavailable(e.to_string())
     }
 }
@@ -204,6 +270,15 @@ impl IntoResponse for ConsoleError {
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
             ConsoleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ConsoleError::TooManyAttempts(wait) => {
+                let seconds = wait.as_secs_f64().ceil().max(1.0).to_string();
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, seconds)],
+                    axum::response::Html(layout::login_page(Some(&self.to_string())).into_string()),
+                )
+                    .into_response();
+            }
         };
         (
             status,

@@ -134,7 +134,7 @@ async fn queue_rows(console: &Console) -> Vec<QueueRow> {
     };
     let routes = live.routes.load_full();
     let names = routes.queue_names();
-    let paused = within_limit(store::paused_queues(&console.inner.pool)).await;
+    let paused = within_limit(store::paused_queues(console.pool())).await;
     let backlogs = match console.redis().await {
         Ok(mut conn) => {
             let keys = QueueKeys::from_settings(&console.inner.settings);

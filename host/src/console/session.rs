@@ -3,17 +3,20 @@
 //!
 //! Owns the sessions of one host, in memory, at most [`SESSIONS_MAX`], each ending after
 //! [`SESSION_IDLE`] without a request. The cookie (`HttpOnly`, `SameSite=Strict`, path
-//! `/console`) carries a random session id; only its SHA-256 is kept, and the operator's token is
+//! `/console`, and `Secure` when `OUTBOX_CONSOLE_PUBLIC_URL` is `https://`) carries a random
+//! session id; only its SHA-256 is kept, and the operator's token is
 //! never kept at all: the operator row is checked again at every request, so a revoked
 //! operator is out at its next click. Every form carries the session's CSRF token, and a form
-//! posted from another origin is refused.
+//! posted from another origin is refused. A sign-in attempt over the limit of its client address
+//! or of all of them ([`super::sign_in_limit`]) is answered 429 before anything is read.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{RawForm, State};
-use axum::http::{header, HeaderMap};
+use axum::http::{header, Extensions, HeaderMap};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use sha2::{Digest, Sha256};
 
@@ -188,12 +191,28 @@ pub async fn login_page() -> Response {
     Html(layout::login_page(None).into_string()).into_response()
 }
 
-/// `POST /console/login`: a viewer or admin token starts a session.
+/// The session cookie set to `value` for `max_age` seconds (`Secure` when `secure`).
+fn session_cookie(value: &str, max_age: u64, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+}
+
+/// `POST /console/login`: a viewer or admin token starts a session. The attempt is counted
+/// against the client address's and the global limit first: over either, 429 with
+/// `Retry-After`, and nothing is read.
 pub async fn login(
     State(console): State<Console>,
+    extensions: Extensions,
     headers: HeaderMap,
     RawForm(body): RawForm,
 ) -> Result<Response, ConsoleError> {
+    let client = extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    if let Err(wait) = console.inner.sign_in_limit.attempt(client) {
+        tracing::warn!(client = ?client, "console sign-in refused: too many attempts");
+        return Err(ConsoleError::TooManyAttempts(wait));
+    }
     same_origin(&headers)?;
     let form = Params::parse(&body);
     let token = form.get("token");
@@ -201,10 +220,7 @@ pub async fn login(
         Ok(operator) => {
             let id = console.inner.sessions.start(&operator.name);
             tracing::info!(operator = %operator.name, role = operator.role.as_str(), "console sign-in");
-            let cookie = format!(
-                "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
-                SESSION_IDLE.as_secs()
-            );
+            let cookie = session_cookie(&id, SESSION_IDLE.as_secs(), console.secure_cookie());
             Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/console")).into_response())
         }
         Err(store::AccessError::Store(e)) => Err(e.into()),
@@ -231,7 +247,7 @@ pub async fn logout(
     if let Some(id) = session_id(&headers) {
         console.inner.sessions.end(id);
     }
-    let cookie = format!("{COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0");
+    let cookie = session_cookie("", 0, console.secure_cookie());
     Ok((
         [(header::SET_COOKIE, cookie)],
         Redirect::to("/console/login"),

@@ -3,10 +3,14 @@
 //! Owns turning a queue entry into the plugin's event, checking a `plugin.invoke.*` job before
 //! it runs anything (the plugin it names must match the job's type, be declared, subscribe to
 //! the job's hook in its `hooks` and be a handler; otherwise the job fails and is
-//! dead-lettered), building the hook event from what the host knows (the parent event id and
-//! tenant come from the job's own event, never from its payload), building the handler's host
-//! services, and calling the plugin off the async executor. It never touches the entry's Redis
-//! state: the caller records the outcome.
+//! dead-lettered), building the hook event from what the host knows, building the handler's
+//! host services, and calling the plugin off the async executor. A job keyed as a host child
+//! (`child:`) stands for its parent event: that parent must exist in `outbox_event` and be the
+//! hook's own `plugin.hook.<hook>` event, and the hook event the subscriber gets is that row
+//! (id, type, version, tenant, payload, time), never the job's payload; so a row written
+//! straight into `outbox_event` by a role that may insert there cannot present its own content
+//! as another event. Any other job stands for itself. It never touches the entry's Redis state:
+//! the caller records the outcome.
 
 use std::time::Duration;
 
@@ -18,14 +22,17 @@ use crate::plugin::{PluginError, World};
 
 use super::{QueueEntry, Receivers, BUILTIN_PLUGIN_INVOKE};
 use crate::config::RoutesFile;
+use crate::store;
 
 /// Type prefix of plugin-invoke jobs: `plugin.invoke.<plugin>`.
 const INVOKE_PREFIX: &str = "plugin.invoke.";
 /// Type prefix of hook events: `plugin.hook.<hook>`.
 const HOOK_PREFIX: &str = "plugin.hook.";
 /// Dispatch key prefix of the events a handler publishes (see
-/// [`crate::capability::publish::child_dispatch_key`]: `child:<parent id>:<handler>:<index>`).
+/// [`crate::capability::publish::child_dispatch_key`]), reserved for the host's own events.
 const CHILD_KEY_PREFIX: &str = "child:";
+/// The header in which the host names a child's parent event (a plugin cannot set it).
+const PARENT_HEADER: &str = "parent_event_id";
 
 /// The longest delay a handler may ask for with `retry-after`; a longer one is cut to it (and
 /// the cut logged).
@@ -126,6 +133,10 @@ impl Receivers {
                 );
                 return (Err(refused_invoke_job(queue, e)), vec![], receipt);
             }
+            let job = match self.with_stored_parent(queue, event.id, job).await {
+                Ok(job) => job,
+                Err(failure) => return (Err(failure), vec![], receipt),
+            };
             plugin_name = job.plugin;
             event = job.event;
             receipt = (event.id, plugin_name.clone());
@@ -176,6 +187,47 @@ impl Receivers {
     }
 }
 
+impl Receivers {
+    /// A job that claims a parent (a host child): read the parent as stored; it must exist and
+    /// be the hook's own event, and the hook event becomes that row. A job without one is
+    /// returned as it is. A database failure is retried.
+    async fn with_stored_parent(
+        &self,
+        queue: &str,
+        job_id: i64,
+        mut job: InvokeJob,
+    ) -> Result<InvokeJob, HandlerFailure> {
+        let Some(parent_id) = job.parent else {
+            return Ok(job);
+        };
+        let refuse = |why: String| {
+            refused_invoke_job(queue, format!("refused plugin-invoke job {job_id}: {why}"))
+        };
+        let parent = store::hook_parent(self.handler_host.pool(), parent_id)
+            .await
+            .map_err(|e| HandlerFailure::retry(e.to_string()))?;
+        let Some(parent) = parent else {
+            return Err(refuse(format!(
+                "its parent event {parent_id} does not exist"
+            )));
+        };
+        if parent.event_type != job.event.event_type {
+            return Err(refuse(format!(
+                "its parent event {parent_id} is a {:?} event, not a {:?} event: only a hook event is fanned out to its subscribers",
+                parent.event_type, job.event.event_type
+            )));
+        }
+        job.event.id = parent.id;
+        job.event.event_version = parent.event_version;
+        job.event.tenant_id = parent.tenant_id;
+        job.event.payload = parent.payload;
+        job.event.created_at = parent
+            .created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        Ok(job)
+    }
+}
+
 /// Report a refused plugin-invoke job (audit log, metric); the job fails with `reason`.
 fn refused_invoke_job(queue: &str, reason: String) -> HandlerFailure {
     tracing::warn!(target: "outbox::audit", %queue, %reason, "refused a plugin-invoke job");
@@ -191,15 +243,19 @@ pub(super) struct InvokeJob {
     pub(super) plugin: String,
     /// The hook event handed to it.
     pub(super) event: WitEvent,
+    /// The event the job claims the host fanned it out from (`None`: it stands for itself).
+    pub(super) parent: Option<i64>,
 }
 
 /// Check the plugin-invoke job `job` (its event, as its queue entry carries it) against the
 /// config in force and build the hook event it asks for. Refused, with the reason: a payload
 /// that is not a JSON object naming `plugin` and `hook`; a job whose type is not
 /// `plugin.invoke.<plugin>`; a plugin not declared under `[plugins]` or without `<hook>` in its
-/// `hooks`; a hook event whose type is not `plugin.hook.<hook>`. The hook event's id is the
-/// event the job was created from ([`host_parent_id`]) and its tenant, headers and dispatch key
-/// are the job's own; only its payload, version and creation time come from the job's payload.
+/// `hooks`; a hook event whose type is not `plugin.hook.<hook>`; a host child that names no
+/// parent. The hook event's id is the parent the job claims ([`claimed_parent`]), which the
+/// receiver then checks against the stored row and takes the event from; a job without one
+/// stands for itself (its id, tenant, headers and dispatch key; payload, version and creation
+/// time from its payload).
 pub(super) fn check_invoke_job(job: &WitEvent, routes: &RoutesFile) -> Result<InvokeJob, String> {
     let refuse = |why: String| format!("refused plugin-invoke job {}: {why}", job.id);
     let payload: serde_json::Value = serde_json::from_str(&job.payload)
@@ -227,6 +283,7 @@ pub(super) fn check_invoke_job(job: &WitEvent, routes: &RoutesFile) -> Result<In
             spec.hooks
         )));
     }
+    let parent = claimed_parent(job).map_err(refuse)?;
     let hook_type = format!("{HOOK_PREFIX}{hook}");
     let inner = &payload["event"];
     if let Some(claimed) = inner["event_type"].as_str() {
@@ -237,7 +294,7 @@ pub(super) fn check_invoke_job(job: &WitEvent, routes: &RoutesFile) -> Result<In
         }
     }
     let event = WitEvent {
-        id: host_parent_id(job),
+        id: parent.unwrap_or(job.id),
         event_type: hook_type,
         event_version: inner["event_version"]
             .as_i64()
@@ -258,20 +315,31 @@ pub(super) fn check_invoke_job(job: &WitEvent, routes: &RoutesFile) -> Result<In
     Ok(InvokeJob {
         plugin: plugin.to_string(),
         event,
+        parent,
     })
 }
 
-/// The id of the hook event a plugin-invoke job stands for, from what the host wrote: a job a
-/// handler published (the hook fan-out) carries the host's child dispatch key
-/// `child:<parent id>:<handler>:<index>` (a prefix producers may not use), naming the event it
-/// was created from; any other job stands for itself. The id in the job's payload is never used.
-fn host_parent_id(job: &WitEvent) -> i64 {
-    job.dispatch_key
+/// The parent a plugin-invoke job claims: a job keyed as a host child (`child:`, a prefix
+/// producers may not publish with) names it in its `parent_event_id` header, which the host
+/// sets on every child it writes; `None` for any other job, which stands for itself. The claim
+/// is only a claim (a row written straight into the table can say anything): the receiver
+/// checks it against the stored parent before the job runs. Only the prefix of the key is read,
+/// never the rest of its format.
+fn claimed_parent(job: &WitEvent) -> Result<Option<i64>, String> {
+    let is_child = job
+        .dispatch_key
         .as_deref()
-        .and_then(|key| key.strip_prefix(CHILD_KEY_PREFIX))
-        .and_then(|rest| rest.split(':').next())
-        .and_then(|id| id.parse().ok())
-        .unwrap_or(job.id)
+        .is_some_and(|key| key.starts_with(CHILD_KEY_PREFIX));
+    if !is_child {
+        return Ok(None);
+    }
+    serde_json::from_str::<serde_json::Value>(&job.headers)
+        .ok()
+        .and_then(|headers| headers.get(PARENT_HEADER).and_then(|id| id.as_i64()))
+        .map(Some)
+        .ok_or_else(|| {
+            format!("its dispatch key marks it as a host child, but its headers name no {PARENT_HEADER}")
+        })
 }
 
 #[cfg(test)]
@@ -287,7 +355,7 @@ mod tests {
             event_version: 1,
             tenant_id: Some("t1".into()),
             payload: payload.into(),
-            headers: "{}".into(),
+            headers: r#"{"parent_event_id":5,"causation_handler":"plugin-hook"}"#.into(),
             dispatch_key: Some(child_dispatch_key(5, "plugin-hook", 0)),
             created_at: "2024-01-01T00:00:00Z".into(),
         }
@@ -323,7 +391,11 @@ mod tests {
     fn invoke_job_ids_and_tenants_come_from_the_host() {
         let forged = r#"{"plugin":"audit","hook":"published","event":{"id":77,"tenant_id":"other","payload":{}}}"#;
         let job = check_invoke_job(&job(forged), &routes(&["published"])).unwrap();
-        assert_eq!(job.event.id, 5, "the parent named by the job's child key");
+        assert_eq!(
+            job.event.id, 5,
+            "the parent the host named in the child's header"
+        );
+        assert_eq!(job.parent, Some(5));
         assert_eq!(job.event.tenant_id.as_deref(), Some("t1"));
         // A job no handler published (no child key) stands for itself.
         let mut direct = self::job(forged);
@@ -362,17 +434,28 @@ mod tests {
     }
 
     #[test]
-    fn parent_ids_are_read_back_from_the_hosts_child_keys() {
+    fn host_children_claim_the_parent_their_host_header_names() {
         let mut job = job("{}");
         for parent in [1, 42, i64::MAX] {
-            job.dispatch_key = Some(child_dispatch_key(parent, "plugin-hook", 3));
-            assert_eq!(host_parent_id(&job), parent);
+            job.headers = format!(r#"{{"parent_event_id":{parent}}}"#);
+            assert_eq!(claimed_parent(&job), Ok(Some(parent)));
         }
-        // A key long enough to be hashed keeps its readable head.
-        job.dispatch_key = Some(child_dispatch_key(42, &"h".repeat(600), 0));
-        assert_eq!(host_parent_id(&job), 42);
-        job.dispatch_key = Some("child:nope:x:0".into());
-        assert_eq!(host_parent_id(&job), 9);
+        // Whatever follows the prefix: only `child:` is read from the key.
+        job.dispatch_key = Some("child:some-other-format".into());
+        assert_eq!(claimed_parent(&job), Ok(Some(i64::MAX)));
+        // A host child that names no parent is refused.
+        for headers in ["{}", r#"{"parent_event_id":"5"}"#, "not json"] {
+            job.headers = headers.into();
+            assert!(claimed_parent(&job)
+                .unwrap_err()
+                .contains("name no parent_event_id"));
+        }
+        // Any other job stands for itself, whatever its headers say.
+        job.headers = r#"{"parent_event_id":5}"#.into();
+        job.dispatch_key = Some("producer-key".into());
+        assert_eq!(claimed_parent(&job), Ok(None));
+        job.dispatch_key = None;
+        assert_eq!(claimed_parent(&job), Ok(None));
     }
 
     #[test]

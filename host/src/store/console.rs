@@ -7,10 +7,46 @@
 //! locks a row or changes one: the console's actions go through [`super::plan_repair`] and
 //! [`super::apply_repair`] like the CLI's.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres, QueryBuilder, Row};
 
 use super::{Context, StoreError};
+
+/// `application_name` of the console's connections (what `pg_stat_activity` shows).
+pub const CONSOLE_APPLICATION_NAME: &str = "outbox console";
+
+/// How long a console request waits for one of the console pool's connections.
+const CONSOLE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The console's own pool: at most `max_connections` connections to the database of `host_pool`
+/// (same address, user and options), each with `statement_timeout` set at connection start, so
+/// a slow search or a burst of sign-ins waits for these connections and never for the
+/// dispatcher's. Connects lazily, at the first page.
+pub fn console_pool(
+    host_pool: &PgPool,
+    max_connections: u32,
+    statement_timeout: Duration,
+) -> PgPool {
+    let timeout_ms = statement_timeout.as_millis().max(1).to_string();
+    let options = (*host_pool.connect_options())
+        .clone()
+        .application_name(CONSOLE_APPLICATION_NAME)
+        .options([("statement_timeout", timeout_ms.as_str())]);
+    PgPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .min_connections(0)
+        .acquire_timeout(CONSOLE_ACQUIRE_TIMEOUT)
+        .idle_timeout(Duration::from_secs(300))
+        .connect_lazy_with(options)
+}
+
+/// Whether `error` is a statement cancelled by its `statement_timeout`.
+pub fn is_statement_timeout(error: &StoreError) -> bool {
+    matches!(&error.source, sqlx::Error::Database(e) if e.code().as_deref() == Some("57014"))
+}
 
 /// The most rows one search page shows.
 pub const SEARCH_PAGE_MAX: i64 = 200;

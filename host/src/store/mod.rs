@@ -19,6 +19,7 @@ use sqlx::{PgPool, Row};
 
 mod access;
 mod console;
+mod hook_parent;
 mod horizon;
 mod hosts;
 mod operator;
@@ -28,6 +29,7 @@ mod trace;
 
 pub use access::*;
 pub use console::*;
+pub use hook_parent::*;
 pub use horizon::*;
 pub use hosts::*;
 pub use operator::*;
