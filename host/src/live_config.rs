@@ -50,6 +50,9 @@ pub enum ReloadOutcome {
     Plugins(Vec<String>),
     /// `routes.toml` was applied.
     Routes,
+    /// The contracts folder was loaded again: this many event types have a contract now (none
+    /// when the folder is gone).
+    Contracts(usize),
     /// `routes.toml` is valid but names plugins whose files are missing or do not load yet; the
     /// previous config serves, and the change is applied once they load. The message names them.
     Waiting(String),
@@ -65,7 +68,7 @@ pub const RELOAD_HISTORY_MAX: usize = 50;
 pub struct ReloadRecord {
     /// When.
     pub at: chrono::DateTime<chrono::Utc>,
-    /// What changed: `routes.toml`, or the `.wasm` file.
+    /// What changed: `routes.toml`, `contracts`, or the `.wasm` file.
     pub what: String,
     /// `applied`, `waiting` (held back until plugin files load) or `rejected`.
     pub result: &'static str,
@@ -157,15 +160,20 @@ impl LiveConfig {
         self
     }
 
-    /// Load the contracts folder again after a change: a folder that no longer loads is
-    /// logged and the contracts in force keep serving.
-    pub fn reload_contracts(&self) {
-        match self.contracts.reload() {
-            Ok(types) => tracing::info!(types, "contracts reloaded"),
-            Err(e) => {
-                tracing::error!(error = %e, "contracts not reloaded; the previous contracts stay in force")
+    /// Load the contracts folder again after a change (a file edited, added or removed, the
+    /// folder created or deleted): a folder that no longer loads is logged and the contracts in
+    /// force keep serving (see [`Contracts::reload`]). Remembered as a reload of `contracts`.
+    pub fn reload_contracts(&self) -> ReloadOutcome {
+        let outcome = match self.contracts.reload() {
+            Ok(types) => {
+                tracing::info!(types, "contracts reloaded");
+                metrics::counter!("outbox_reloads_total", "what" => "contracts").increment(1);
+                ReloadOutcome::Contracts(types)
             }
-        }
+            Err(e) => self.reject(format!("{e}; the previous contracts stay in force")),
+        };
+        self.remember("contracts", &outcome);
+        outcome
     }
 
     /// A receiver that sees a new value each time a `routes.toml` is applied.
@@ -207,6 +215,9 @@ impl LiveConfig {
             ReloadOutcome::Plugins(names) if names.is_empty() => return,
             ReloadOutcome::Plugins(names) => ("applied", format!("plugins {}", names.join(", "))),
             ReloadOutcome::Routes => ("applied", "routes applied".to_string()),
+            ReloadOutcome::Contracts(types) => {
+                ("applied", format!("contracts for {types} event types"))
+            }
             ReloadOutcome::Waiting(message) => ("waiting", message.clone()),
             ReloadOutcome::Rejected(message) => ("rejected", message.clone()),
         };
