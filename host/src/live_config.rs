@@ -14,7 +14,9 @@
 //!   a warning naming the files), and applied as soon as a `.wasm` change in the plugin
 //!   directory makes them load ([`LiveConfig::retry_pending`]). A plugin left out of the routes
 //!   in force (its file was missing at start-up) does not hold a change back, and is loaded
-//!   when its file appears. [`LiveConfig::pending_reload`] says what waits.
+//!   when its file appears. [`LiveConfig::pending_reload`] says what waits. A plugin file that
+//!   breaks a rule of plugin files ([`crate::plugin::files`]: outside the plugin directory, not
+//!   a regular file, too large) does not wait: the reload is rejected.
 //! - **No reader ever misses a plugin during a swap.** The new plugin set is stored together
 //!   with the plugins it drops, then the routes and router naming them, and only then are the
 //!   dropped plugins removed ([`PluginRegistry::switch`]): a caller holding the previous routes
@@ -39,7 +41,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{Config, RoutesFile, Settings};
 use crate::contracts::Contracts;
-use crate::plugin::compile_cache;
+use crate::plugin::{compile_cache, files};
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
 use crate::routing::{build_router, RouterHandle};
 
@@ -115,11 +117,21 @@ pub struct LiveConfig {
 
 impl LiveConfig {
     /// Create the plugin engine and registry for `config`, load the plugins it declares and build
-    /// the router with [`build_router`]. Every command that routes events starts here. A plugin
+    /// the router with [`build_router`]. Every command that routes events starts here, and logs
+    /// where plugins load from (the plugin directory is fixed until a restart). A plugin
     /// whose file is missing or does not load is logged and left out (the router falls back to
     /// the native table) and loaded when its file appears; a plugin bound where its world does
     /// not fit is an error ([`PluginError::Misbound`]).
     pub async fn start(config: &Config) -> Result<Self, PluginError> {
+        let dir = &config.settings.plugin_dir;
+        if dir.is_dir() || config.routes.plugins.is_empty() {
+            tracing::info!("plugins load from {}", files::shown_dir(dir));
+        } else {
+            tracing::warn!(
+                "plugins load from {}, which is not a directory: every plugin is left out until it appears",
+                files::shown_dir(dir)
+            );
+        }
         let engine = PluginEngine::with_compile_cache(open_compile_cache(&config.settings))?;
         let registry = Arc::new(PluginRegistry::new(
             engine,
@@ -305,6 +317,22 @@ impl LiveConfig {
             Ok(mut staged) if !staged.refused.is_empty() => {
                 self.set_pending(|p| p.routes_file = None);
                 return self.reject(self.in_file(staged.refused.remove(0)));
+            }
+            // A file that breaks a rule of plugin files (outside the plugin directory, not a
+            // regular file, too large) is a mistake to fix, not a file still on its way.
+            Ok(mut staged)
+                if staged
+                    .left_out
+                    .iter()
+                    .any(|(_, e)| matches!(e, PluginError::Refused { .. })) =>
+            {
+                self.set_pending(|p| p.routes_file = None);
+                let at = staged
+                    .left_out
+                    .iter()
+                    .position(|(_, e)| matches!(e, PluginError::Refused { .. }))
+                    .unwrap_or(0);
+                return self.reject(self.in_file(staged.left_out.swap_remove(at).1));
             }
             Ok(staged) => staged,
             Err(e) => {
