@@ -309,9 +309,11 @@ fn cli_routes_which_explains_the_rule() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The shipped routes.toml routes through prefix-router, found in plugins/dist beside it
+    // whatever the working directory.
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "tenant.subscription.created -> outbox.notification (rule \"tenant.subscription.\")"
+        "tenant.subscription.created -> outbox.notification (router plugin \"prefix-router\")"
     );
     // A handler-bound destination names its handler and the queue groups that run it.
     let out = outbox(
@@ -863,7 +865,7 @@ fn a_host_started_from_another_working_directory_loads_plugins_beside_its_routes
     let routes = deploy.path().join("routes.toml");
     std::fs::write(
         &routes,
-        "[routes]\n\"mail.\" = \"outbox.mail\"\n[router]\nplugin = \"prefix-router\"\n[plugins.prefix-router]\n",
+        "[routes]\n\"mail.\" = \"outbox.mail\"\n[router]\nplugin = \"prefix-router\"\n[policy]\nplugin = \"deny-all\"\n[plugins.prefix-router]\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
