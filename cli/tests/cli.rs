@@ -309,9 +309,11 @@ fn cli_routes_which_explains_the_rule() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The shipped routes.toml routes through prefix-router, found in plugins/dist beside it
+    // whatever the working directory.
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "tenant.subscription.created -> outbox.notification (rule \"tenant.subscription.\")"
+        "tenant.subscription.created -> outbox.notification (router plugin \"prefix-router\")"
     );
     // A handler-bound destination names its handler and the queue groups that run it.
     let out = outbox(
@@ -847,6 +849,45 @@ fn cli_routes_which_names_the_router_plugin_that_decides() {
     let reason = nope_json["no_route"].as_str().unwrap();
     assert!(nope.contains(reason), "{nope} / {reason}");
     std::fs::remove_file(&routes).ok();
+}
+
+#[test]
+fn a_host_started_from_another_working_directory_loads_plugins_beside_its_routes_file() {
+    // A deployment folder: routes.toml and plugins/dist/ beside it; the host runs from elsewhere.
+    let deploy = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(deploy.path().join("plugins/dist")).unwrap();
+    std::fs::copy(
+        repo_path("plugins/dist/prefix-router.wasm"),
+        deploy.path().join("plugins/dist/prefix-router.wasm"),
+    )
+    .unwrap();
+    let routes = deploy.path().join("routes.toml");
+    std::fs::write(
+        &routes,
+        "[routes]\n\"mail.\" = \"outbox.mail\"\n[router]\nplugin = \"prefix-router\"\n[policy]\nplugin = \"deny-all\"\n[plugins.prefix-router]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["routes", "which", "mail.welcome"])
+        .current_dir(elsewhere.path())
+        .env("OUTBOX_CONFIG", &routes)
+        .env_remove("OUTBOX_PLUGIN_DIR")
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run outbox");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "mail.welcome -> outbox.mail (router plugin \"prefix-router\")",
+        "{stderr}"
+    );
+    let dist = std::fs::canonicalize(deploy.path().join("plugins/dist")).unwrap();
+    assert!(
+        stderr.contains("plugins load from") && stderr.contains(&dist.display().to_string()),
+        "the host says where plugins load from:\n{stderr}"
+    );
 }
 
 async fn xlen(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {

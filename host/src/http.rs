@@ -277,7 +277,7 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
     (
         "outbox_reloads_total",
         MetricKind::Counter,
-        "Reloads applied, by what changed (routes or plugin).",
+        "Reloads applied, by what changed (routes, plugin or contracts).",
     ),
     (
         "outbox_stale_claims_released_total",

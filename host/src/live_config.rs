@@ -14,7 +14,9 @@
 //!   a warning naming the files), and applied as soon as a `.wasm` change in the plugin
 //!   directory makes them load ([`LiveConfig::retry_pending`]). A plugin left out of the routes
 //!   in force (its file was missing at start-up) does not hold a change back, and is loaded
-//!   when its file appears. [`LiveConfig::pending_reload`] says what waits.
+//!   when its file appears. [`LiveConfig::pending_reload`] says what waits. A plugin file that
+//!   breaks a rule of plugin files ([`crate::plugin::files`]: outside the plugin directory, not
+//!   a regular file, too large) does not wait: the reload is rejected.
 //! - **No reader ever misses a plugin during a swap.** The new plugin set is stored together
 //!   with the plugins it drops, then the routes and router naming them, and only then are the
 //!   dropped plugins removed ([`PluginRegistry::switch`]): a caller holding the previous routes
@@ -39,7 +41,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{Config, RoutesFile, Settings};
 use crate::contracts::Contracts;
-use crate::plugin::compile_cache;
+use crate::plugin::{compile_cache, files};
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
 use crate::routing::{build_router, RouterHandle};
 
@@ -50,6 +52,9 @@ pub enum ReloadOutcome {
     Plugins(Vec<String>),
     /// `routes.toml` was applied.
     Routes,
+    /// The contracts folder was loaded again: this many event types have a contract now (none
+    /// when the folder is gone).
+    Contracts(usize),
     /// `routes.toml` is valid but names plugins whose files are missing or do not load yet; the
     /// previous config serves, and the change is applied once they load. The message names them.
     Waiting(String),
@@ -65,7 +70,7 @@ pub const RELOAD_HISTORY_MAX: usize = 50;
 pub struct ReloadRecord {
     /// When.
     pub at: chrono::DateTime<chrono::Utc>,
-    /// What changed: `routes.toml`, or the `.wasm` file.
+    /// What changed: `routes.toml`, `contracts`, or the `.wasm` file.
     pub what: String,
     /// `applied`, `waiting` (held back until plugin files load) or `rejected`.
     pub result: &'static str,
@@ -112,11 +117,21 @@ pub struct LiveConfig {
 
 impl LiveConfig {
     /// Create the plugin engine and registry for `config`, load the plugins it declares and build
-    /// the router with [`build_router`]. Every command that routes events starts here. A plugin
+    /// the router with [`build_router`]. Every command that routes events starts here, and logs
+    /// where plugins load from (the plugin directory is fixed until a restart). A plugin
     /// whose file is missing or does not load is logged and left out (the router falls back to
     /// the native table) and loaded when its file appears; a plugin bound where its world does
     /// not fit is an error ([`PluginError::Misbound`]).
     pub async fn start(config: &Config) -> Result<Self, PluginError> {
+        let dir = &config.settings.plugin_dir;
+        if dir.is_dir() || config.routes.plugins.is_empty() {
+            tracing::info!("plugins load from {}", files::shown_dir(dir));
+        } else {
+            tracing::warn!(
+                "plugins load from {}, which is not a directory: every plugin is left out until it appears",
+                files::shown_dir(dir)
+            );
+        }
         let engine = PluginEngine::with_compile_cache(open_compile_cache(&config.settings))?;
         let registry = Arc::new(PluginRegistry::new(
             engine,
@@ -157,15 +172,20 @@ impl LiveConfig {
         self
     }
 
-    /// Load the contracts folder again after a change: a folder that no longer loads is
-    /// logged and the contracts in force keep serving.
-    pub fn reload_contracts(&self) {
-        match self.contracts.reload() {
-            Ok(types) => tracing::info!(types, "contracts reloaded"),
-            Err(e) => {
-                tracing::error!(error = %e, "contracts not reloaded; the previous contracts stay in force")
+    /// Load the contracts folder again after a change (a file edited, added or removed, the
+    /// folder created or deleted): a folder that no longer loads is logged and the contracts in
+    /// force keep serving (see [`Contracts::reload`]). Remembered as a reload of `contracts`.
+    pub fn reload_contracts(&self) -> ReloadOutcome {
+        let outcome = match self.contracts.reload() {
+            Ok(types) => {
+                tracing::info!(types, "contracts reloaded");
+                metrics::counter!("outbox_reloads_total", "what" => "contracts").increment(1);
+                ReloadOutcome::Contracts(types)
             }
-        }
+            Err(e) => self.reject(format!("{e}; the previous contracts stay in force")),
+        };
+        self.remember("contracts", &outcome);
+        outcome
     }
 
     /// A receiver that sees a new value each time a `routes.toml` is applied.
@@ -207,6 +227,9 @@ impl LiveConfig {
             ReloadOutcome::Plugins(names) if names.is_empty() => return,
             ReloadOutcome::Plugins(names) => ("applied", format!("plugins {}", names.join(", "))),
             ReloadOutcome::Routes => ("applied", "routes applied".to_string()),
+            ReloadOutcome::Contracts(types) => {
+                ("applied", format!("contracts for {types} event types"))
+            }
             ReloadOutcome::Waiting(message) => ("waiting", message.clone()),
             ReloadOutcome::Rejected(message) => ("rejected", message.clone()),
         };
@@ -294,6 +317,22 @@ impl LiveConfig {
             Ok(mut staged) if !staged.refused.is_empty() => {
                 self.set_pending(|p| p.routes_file = None);
                 return self.reject(self.in_file(staged.refused.remove(0)));
+            }
+            // A file that breaks a rule of plugin files (outside the plugin directory, not a
+            // regular file, too large) is a mistake to fix, not a file still on its way.
+            Ok(mut staged)
+                if staged
+                    .left_out
+                    .iter()
+                    .any(|(_, e)| matches!(e, PluginError::Refused { .. })) =>
+            {
+                self.set_pending(|p| p.routes_file = None);
+                let at = staged
+                    .left_out
+                    .iter()
+                    .position(|(_, e)| matches!(e, PluginError::Refused { .. }))
+                    .unwrap_or(0);
+                return self.reject(self.in_file(staged.left_out.swap_remove(at).1));
             }
             Ok(staged) => staged,
             Err(e) => {

@@ -8,12 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_host::contracts::{ContractMode, ContractRegistry, Contracts};
+use outbox_host::contracts::{Conformance, ContractMode, ContractRegistry, Contracts};
 use outbox_host::live_config::LiveConfig;
 use outbox_host::publish::{publish_checked, PublishError, PublishRules};
 use outbox_host::receive::Receivers;
-use outbox_host::NewEvent;
-use outbox_tests::{PluginFixture, TestEnv};
+use outbox_host::{Host, NewEvent};
+use outbox_tests::{wait_for, PluginFixture, TestEnv};
 use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -215,6 +215,111 @@ async fn contracts_reload_when_their_folder_changes_and_a_broken_edit_keeps_the_
     env.cleanup().await;
 }
 
+/// Wait until the contracts in force of `host` satisfy `check`.
+async fn wait_for_contracts(host: &Host, what: &str, check: impl Fn(&ContractRegistry) -> bool) {
+    let live = host
+        .live()
+        .expect("a host with a routes file has a live config");
+    wait_for(what, Duration::from_secs(15), async || {
+        check(&live.contracts.current())
+    })
+    .await;
+}
+
+/// Wait until the dispatcher has settled event `id`: `done` or `failed`.
+async fn settled(env: &TestEnv, id: i64) -> (String, i32, Option<String>) {
+    let mut status = env.status(id).await;
+    wait_for(
+        "the event to be settled",
+        Duration::from_secs(15),
+        async || {
+            status = env.status(id).await;
+            status.0 == "done" || status.0 == "failed"
+        },
+    )
+    .await;
+    status
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_contracts_folder_created_edited_or_deleted_while_the_host_runs_is_reloaded(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    let fixture = PluginFixture::new(
+        &[],
+        "[routes]\n\"mail.\" = \"outbox.mail\"\n[router]\nplugin = \"native\"\n",
+    );
+    let contracts_dir = fixture.dir.path().join("contracts");
+    let host = Host::builder()
+        .config(fixture.config(&env.settings))
+        .pool(env.pool.clone())
+        .worker_id("contracts-reload")
+        .start()
+        .await
+        .unwrap();
+    assert!(!contracts_dir.exists(), "the host starts without contracts");
+
+    // The folder appears with a contract: an SQL-published event breaking it is failed by the
+    // dispatcher, never delivered.
+    std::fs::create_dir(&contracts_dir).unwrap();
+    std::fs::write(contracts_dir.join("mail.welcome.toml"), WELCOME).unwrap();
+    wait_for_contracts(&host, "the new folder's contract", |r| {
+        r.covers("mail.welcome")
+    })
+    .await;
+    let breaking = sql_publish(&env.pool, "mail.welcome", json!({"user_id": "7"}), 1).await;
+    let (status, attempts, error) = settled(&env, breaking).await;
+    assert_eq!((status.as_str(), attempts), ("failed", 1), "{error:?}");
+    let error = error.unwrap();
+    assert!(
+        error.contains("payload.user_id: expected integer, got string (rule: type)"),
+        "{error}"
+    );
+
+    // An edit is picked up: user_id becomes a string, email optional.
+    std::fs::write(
+        contracts_dir.join("mail.welcome.toml"),
+        WELCOME
+            .replace(
+                "user_id = { type = \"integer\" }, email",
+                "user_id = { type = \"string\" }, email",
+            )
+            .replace(
+                "required = [\"user_id\", \"email\"]",
+                "required = [\"user_id\"]",
+            ),
+    )
+    .unwrap();
+    wait_for_contracts(&host, "the edited contract", |r| {
+        r.get("mail.welcome")
+            .is_some_and(|c| c.versions[&1].schema["properties"]["user_id"]["type"] == "string")
+    })
+    .await;
+    let fits_the_edit = sql_publish(&env.pool, "mail.welcome", json!({"user_id": "7"}), 1).await;
+    assert_eq!(settled(&env, fits_the_edit).await.0, "done");
+    let breaks_the_edit = sql_publish(&env.pool, "mail.welcome", json!({"user_id": 7}), 1).await;
+    assert_eq!(settled(&env, breaks_the_edit).await.0, "failed");
+
+    // The folder is deleted: back to no contracts, as a host started without the folder.
+    std::fs::remove_dir_all(&contracts_dir).unwrap();
+    wait_for_contracts(&host, "the contracts to be gone", |r| r.is_empty()).await;
+    let unchecked = sql_publish(&env.pool, "mail.welcome", json!({"user_id": [1]}), 1).await;
+    assert_eq!(settled(&env, unchecked).await.0, "done");
+    assert_eq!(
+        env.event_ids("outbox.mail").await,
+        vec![fits_the_edit, unchecked],
+        "only the events their contracts in force accepted were delivered"
+    );
+    let history = host.live().unwrap().reload_history();
+    assert!(
+        history.iter().filter(|r| r.what == "contracts").count() >= 3,
+        "every contracts reload is remembered: {history:?}"
+    );
+    host.shutdown().await;
+    env.cleanup().await;
+}
+
 const HANDLERS: &str = r#"
 [routes]
 "mail." = ["outbox.mail-old", "outbox.mail-new"]
@@ -336,4 +441,137 @@ fn the_shipped_example_contracts_load() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts");
     let registry = ContractRegistry::load_dir(&dir).unwrap();
     assert!(!registry.is_empty(), "contracts/ ships examples");
+}
+
+/// A contract for `text.costly`: every field a string matching `pattern`.
+fn costly_contract(dir: &Path, pattern: &str) -> ContractRegistry {
+    let schema = json!({
+        "type": "object",
+        "additionalProperties": {"type": "string", "pattern": pattern},
+    });
+    let contract = json!({
+        "event_type": "text.costly",
+        "owner": "search",
+        "description": "Free text checked by a pattern that backtracks.",
+        "versions": {"1": {"schema": schema}},
+    });
+    std::fs::write(dir.join("text.costly.json"), contract.to_string()).unwrap();
+    ContractRegistry::load_dir(dir).unwrap()
+}
+
+/// `fields` fields, each `value`.
+fn payload_of(fields: usize, value: &str) -> serde_json::Value {
+    (0..fields)
+        .map(|i| (format!("f{i}"), json!(value)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// A pattern whose first branch backtracks exponentially before the second matches anything:
+/// 17 `a`s and a `!` take between 300,000 and 600,000 steps (under the per-match budget), 20
+/// take more than a million.
+const BACKTRACKING: &str = r"^(?:(a|a)*\1b|.*)$";
+
+#[test]
+fn many_values_each_under_the_per_match_budget_are_refused_by_the_per_payload_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = costly_contract(dir.path(), BACKTRACKING);
+    let near = format!("{}!", "a".repeat(17));
+    assert_eq!(
+        registry.check(
+            "text.costly",
+            1,
+            &payload_of(2, &near),
+            ContractMode::Strict
+        ),
+        Ok(Conformance::Valid),
+        "a couple of costly values fit the payload's budget"
+    );
+    let err = registry
+        .check(
+            "text.costly",
+            1,
+            &payload_of(40, &near),
+            ContractMode::Strict,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("text.costly v1") && err.contains("per-payload budget"),
+        "{err}"
+    );
+    // One value past the per-match budget is refused on its own, even where a failed match
+    // would make the payload valid.
+    let past = format!("{}!", "a".repeat(20));
+    let err = registry
+        .check(
+            "text.costly",
+            1,
+            &payload_of(1, &past),
+            ContractMode::Strict,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("per-match budget"), "{err}");
+    let negated = tempfile::tempdir().unwrap();
+    let contract = json!({
+        "event_type": "text.negated",
+        "owner": "search",
+        "description": "d",
+        "versions": {"1": {"schema": {"type": "object", "additionalProperties": {"not": {"pattern": r"^(a|a)*\1b$"}}}}},
+    });
+    std::fs::write(
+        negated.path().join("text.negated.json"),
+        contract.to_string(),
+    )
+    .unwrap();
+    let registry = ContractRegistry::load_dir(negated.path()).unwrap();
+    let err = registry
+        .check(
+            "text.negated",
+            1,
+            &payload_of(1, &past),
+            ContractMode::Strict,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("per-match budget"), "{err}");
+}
+
+#[test]
+fn patterns_the_linear_engine_runs_cost_nothing_from_the_payload_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = costly_contract(dir.path(), r"^(a+)+$");
+    let long = "a".repeat(5_000);
+    assert_eq!(
+        registry.check(
+            "text.costly",
+            1,
+            &payload_of(20_000, "aaaa"),
+            ContractMode::Strict
+        ),
+        Ok(Conformance::Valid)
+    );
+    assert_eq!(
+        registry.check(
+            "text.costly",
+            1,
+            &payload_of(50, &long),
+            ContractMode::Strict
+        ),
+        Ok(Conformance::Valid)
+    );
+    let err = registry
+        .check(
+            "text.costly",
+            1,
+            &payload_of(1, "aab"),
+            ContractMode::Strict,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(r#"payload.f0: "aab" does not match "^(a+)+$" (rule: pattern)"#),
+        "{err}"
+    );
 }

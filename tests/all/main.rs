@@ -20,6 +20,7 @@ mod invoke_jobs;
 mod limits;
 mod max_len;
 mod ordering;
+mod plugin_files;
 mod plugins;
 mod publish;
 mod queue_controls;

@@ -182,7 +182,8 @@ pub struct Grants {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSpec {
-    /// The `.wasm` file, relative to the plugin directory (default `NAME.wasm`).
+    /// The `.wasm` file, a relative path of plain names inside the plugin directory (default
+    /// `NAME.wasm`).
     #[serde(default)]
     pub file: Option<String>,
     /// Fuel per call (roughly WebAssembly instructions); a runaway loop ends as an error.
@@ -571,6 +572,10 @@ impl RoutesFile {
         }
         for (name, spec) in &self.plugins {
             validate_plugin_name(name).map_err(|m| invalid(format!("[plugins] '{name}': {m}")))?;
+            if let Some(file) = &spec.file {
+                crate::plugin::files::check_file_key(file)
+                    .map_err(|rule| invalid(format!("[plugins.{name}] file = {file:?}: {rule}")))?;
+            }
             if spec.memory_mb == Some(0) || spec.timeout_ms == Some(0) || spec.fuel == Some(0) {
                 return Err(invalid(format!(
                     "[plugins.{name}]: fuel, memory_mb and timeout_ms must be positive"
@@ -718,10 +723,18 @@ impl Config {
         }
     }
 
-    /// Load a specific routes file and resolve the environment.
+    /// Load a specific routes file and resolve the environment. A relative plugin directory
+    /// from `[settings]` or the default is taken from the routes file's directory (one from
+    /// `OUTBOX_PLUGIN_DIR` from the working directory): see [`crate::plugin::files`].
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let routes = RoutesFile::load(path)?;
-        let settings = Settings::resolve(&routes.settings)?;
+        let mut settings = Settings::resolve(&routes.settings)?;
+        let from_env = settings
+            .describe_with(&routes.settings, |name| std::env::var(name).ok())
+            .iter()
+            .any(|s| s.env == "OUTBOX_PLUGIN_DIR" && s.source == SettingSource::Env);
+        settings.plugin_dir =
+            crate::plugin::files::plugin_dir_for(&settings.plugin_dir, from_env, Some(path));
         let config = Self {
             path: Some(path.to_path_buf()),
             routes,

@@ -699,7 +699,8 @@ declare_settings! {
             kind: Seconds,
             default: 7 * 24 * 3600,
         }
-        /// Directory holding `.wasm` plugins.
+        /// Directory holding `.wasm` plugins (relative: beside the routes file, or from the working
+        /// directory when set by the environment variable).
         plugin_dir: PathBuf {
             env: "OUTBOX_PLUGIN_DIR",
             file: plugin_dir: String,

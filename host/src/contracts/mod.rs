@@ -8,13 +8,16 @@
 //! rule (`payload.user_id: expected integer, got string (rule: type)`), the mode
 //! ([`ContractMode`]: `strict` rejects an unknown type or version, `permissive` accepts and
 //! counts it), and the live handle ([`Contracts`]) that a reload swaps as a whole. A folder
-//! with one broken file is refused whole and the previous registry keeps serving.
+//! with one broken file is refused whole and the previous registry keeps serving. A schema's
+//! `pattern`s run under a per-match and a per-payload budget of regex backtracking
+//! ([`pattern_budget`]); a payload past either is refused ([`ContractViolation::TooCostly`]).
 //!
 //! It never writes an event, never decides a retry and never keeps anything a file hands it
 //! beyond the caps.
 
 pub mod compat;
 pub mod evolution;
+pub mod pattern_budget;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -106,6 +109,17 @@ pub enum ContractViolation {
         version: i32,
         /// One line per failed rule: path, what was expected, the rule.
         errors: Vec<String>,
+    },
+    /// Checking the payload's `pattern`s would take more regex backtracking than a budget
+    /// allows (see [`pattern_budget`]): the payload is refused, whatever the rest of the check.
+    #[error("{event_type} v{version}: payload refused by its contract: {refusal}")]
+    TooCostly {
+        /// The event's type.
+        event_type: String,
+        /// The event's version.
+        version: i32,
+        /// Which budget ran out, on which pattern.
+        refusal: pattern_budget::PatternRefusal,
     },
     /// Strict mode: the type has no contract.
     #[error(
@@ -209,10 +223,29 @@ pub struct ContractVersion {
     validator: Arc<jsonschema::Validator>,
 }
 
+/// Why a payload does not pass one version's schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaFailure {
+    /// It breaks rules: one line per failed rule, naming the field path and the rule (at most
+    /// [`MAX_REPORTED_ERRORS`], then a count of the rest).
+    Invalid(Vec<String>),
+    /// Checking its `pattern`s ran out of a backtracking budget.
+    TooCostly(pattern_budget::PatternRefusal),
+}
+
 impl ContractVersion {
-    /// Check `payload` against this version's schema: `Ok` or the errors, each naming the
-    /// field path and the rule (at most [`MAX_REPORTED_ERRORS`], then a count of the rest).
-    pub fn validate(&self, payload: &serde_json::Value) -> Result<(), Vec<String>> {
+    /// Check `payload` against this version's schema, its `pattern` matches all within one
+    /// payload budget of [`pattern_budget::PATTERN_STEPS_PER_PAYLOAD`] backtracking steps.
+    pub fn validate(&self, payload: &serde_json::Value) -> Result<(), SchemaFailure> {
+        pattern_budget::within_payload_budget(pattern_budget::PATTERN_STEPS_PER_PAYLOAD, || {
+            self.rule_errors(payload)
+        })
+        .map_err(SchemaFailure::TooCostly)?
+        .map_err(SchemaFailure::Invalid)
+    }
+
+    /// The rules `payload` breaks (none: `Ok`).
+    fn rule_errors(&self, payload: &serde_json::Value) -> Result<(), Vec<String>> {
         if self.validator.is_valid(payload) {
             return Ok(());
         }
@@ -351,10 +384,17 @@ impl ContractRegistry {
         schema
             .validate(payload)
             .map(|()| Conformance::Valid)
-            .map_err(|errors| ContractViolation::Invalid {
-                event_type: event_type.to_string(),
-                version,
-                errors,
+            .map_err(|failure| match failure {
+                SchemaFailure::Invalid(errors) => ContractViolation::Invalid {
+                    event_type: event_type.to_string(),
+                    version,
+                    errors,
+                },
+                SchemaFailure::TooCostly(refusal) => ContractViolation::TooCostly {
+                    event_type: event_type.to_string(),
+                    version,
+                    refusal,
+                },
             })
     }
 }
@@ -448,15 +488,23 @@ fn load_contract(path: &Path, named_after_type: bool) -> Result<EventContract, C
 
 /// Compile a payload schema: its own `$schema` draft (2020-12 when it names none), `format`
 /// checked, references resolved only inside the document (this build of `jsonschema` has no
-/// HTTP or file retriever). A payload is always an object, so the schema must accept one.
+/// HTTP or file retriever), `pattern` under the budgets of [`pattern_budget`] and every other
+/// regex (`patternProperties`) on the linear engine. A payload is always an object, so the
+/// schema must accept one.
 pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validator, String> {
     if !schema.is_object() {
         return Err("must be a JSON Schema object (e.g. { type = \"object\" })".into());
     }
-    jsonschema::options()
-        .should_validate_formats(true)
+    pattern_budget::with_budgeted_patterns(jsonschema::options().should_validate_formats(true))
         .build(schema)
-        .map_err(|e| clip(e.to_string()))
+        .map_err(|e| {
+            match pattern_budget::backtracking_pattern_property(schema) {
+                Some(pattern) => format!(
+                    "patternProperties {pattern:?} needs look-around or back-references, which only `pattern` may use (under its backtracking budgets): write the key without them"
+                ),
+                None => clip(e.to_string()),
+            }
+        })
 }
 
 /// One validation error as `path: what was expected (rule: keyword)`; `additionalProperties`
@@ -615,12 +663,20 @@ impl Contracts {
     }
 
     /// Load the folder again and swap it in; on an error the previous registry keeps serving.
-    /// Returns how many types the new registry holds.
+    /// A folder that is gone or holds no contract is no contracts, as at start-up: accepted in
+    /// permissive mode, refused in strict mode (every event would be rejected). Returns how
+    /// many types the new registry holds.
     pub fn reload(&self) -> Result<usize, ContractError> {
         let Some(dir) = &self.dir else {
             return Ok(0);
         };
         let registry = ContractRegistry::load_dir(dir)?;
+        if self.mode == ContractMode::Strict && registry.is_empty() {
+            return Err(ContractError::Invalid {
+                path: dir.clone(),
+                message: "contracts mode is strict but the folder is gone or holds no contract: every event would be rejected".into(),
+            });
+        }
         let count = registry.len();
         self.current.store(Arc::new(registry));
         Ok(count)
@@ -886,6 +942,22 @@ properties = { user_id = { type = "integer" }, locale = { enum = ["en", "fr"] } 
         assert!(contracts.current().get("mail.welcome").is_some());
         std::fs::remove_file(dir.path().join("mail.broken.toml")).unwrap();
         std::fs::remove_file(dir.path().join("mail.welcome.toml")).unwrap();
+        let err = contracts.reload().unwrap_err();
+        assert!(
+            err.to_string().contains("every event would be rejected"),
+            "{err}"
+        );
+        assert!(contracts.current().get("mail.welcome").is_some());
+    }
+
+    #[test]
+    fn a_folder_gone_or_emptied_is_no_contracts_in_permissive_mode() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("contracts");
+        std::fs::create_dir(&dir).unwrap();
+        write(&dir, "mail.welcome.toml", WELCOME);
+        let contracts = Contracts::load(Some(dir.clone()), ContractMode::Permissive).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(contracts.reload().unwrap(), 0);
         assert!(contracts.current().is_empty());
     }

@@ -16,6 +16,7 @@
 pub mod bindings;
 pub mod compile_cache;
 pub mod engine;
+pub mod files;
 pub mod legacy;
 pub mod limits;
 pub mod registry;
@@ -23,6 +24,7 @@ pub mod reload;
 pub mod router;
 
 pub use engine::{block_on, PluginEngine, World};
+pub use files::MAX_PLUGIN_FILE_BYTES;
 pub use limits::{bounded_reason, CallSlots, PluginLimits, MAX_REASON_BYTES};
 pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry, StagedPlugins};
 pub use router::PluginRouter;
@@ -43,6 +45,17 @@ pub enum PluginError {
         path: std::path::PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The file breaks a rule of plugin files before it is read (see [`files`]): it leads out
+    /// of the plugin directory, is not a regular file, or is too large.
+    #[error("plugin {plugin}: {path} refused: {rule}")]
+    Refused {
+        /// Plugin name.
+        plugin: String,
+        /// The file, as declared.
+        path: std::path::PathBuf,
+        /// The rule it breaks.
+        rule: String,
     },
     /// The file is not a valid component, or does not fit the world it claims.
     #[error("plugin {plugin}: {message}")]

@@ -444,22 +444,25 @@ impl PluginRegistry {
             .join(spec.file.clone().unwrap_or_else(|| format!("{name}.wasm")))
     }
 
-    /// Read `path` and compile it on a blocking thread, unless its content hash equals
-    /// `unchanged_from` (then `None`: the serving version is this file already). The file is
-    /// read once; the hash that decides is the one the new version carries.
+    /// Read `path` (inside the plugin directory and bounded: [`super::files`]) and compile it
+    /// on a blocking thread, unless its content hash equals `unchanged_from` (then `None`: the
+    /// serving version is this file already). The file is read once; the hash that decides is
+    /// the one the new version carries.
     async fn load_file(
         &self,
         name: &str,
         path: &Path,
         unchanged_from: Option<&str>,
     ) -> Result<Option<Arc<CompiledPlugin>>, PluginError> {
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|source| PluginError::Read {
-                plugin: name.to_string(),
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let (owned_name, dir, file) = (name.to_string(), self.dir.clone(), path.to_path_buf());
+        let bytes = tokio::task::spawn_blocking(move || {
+            super::files::read_plugin_file(&owned_name, &dir, &file)
+        })
+        .await
+        .map_err(|e| PluginError::Invalid {
+            plugin: name.to_string(),
+            message: format!("reading the file panicked: {e}"),
+        })??;
         let hash = hex::encode(Sha256::digest(&bytes));
         if unchanged_from == Some(hash.as_str()) {
             return Ok(None);

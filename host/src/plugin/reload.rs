@@ -1,9 +1,13 @@
-//! Hot reload: watches the plugin directory and `routes.toml`, and hands what changed to the
-//! [`LiveConfig`].
+//! Hot reload: watches the plugin directory, `routes.toml` and the contracts folder, and hands
+//! what changed to the [`LiveConfig`].
 //!
 //! Owns the `notify` watcher and its debounce (editors write temp files, rename, write twice).
-//! A changed `routes.toml` goes to [`LiveConfig::reload_routes`], a changed file of the contracts
-//! folder to [`LiveConfig::reload_contracts`]; a `.wasm` that was created,
+//! A changed `routes.toml` goes to [`LiveConfig::reload_routes`]. The contracts folder is
+//! watched through its parent directory too, so that creating, deleting or replacing the folder
+//! while the host runs is seen: each time the folder itself appears, disappears or is renamed,
+//! the watch on it is set up again, and every change of the folder or of a `.toml`/`.json` file
+//! in it goes to [`LiveConfig::reload_contracts`] (a folder gone is no contracts, as for a host
+//! started without it). A `.wasm` that was created,
 //! written or renamed into the plugin directory first retries what waits for plugin files
 //! ([`LiveConfig::retry_pending`]: a `routes.toml` held back until its plugins load, plugins left
 //! out at start-up), then goes to [`LiveConfig::reload_plugin_file`]. Those validate before they
@@ -16,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use notify::RecursiveMode;
-use notify_debouncer_full::{new_debouncer, DebounceEventResult};
+use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, FileIdCache};
 use tokio_util::sync::CancellationToken;
 
 /// How long a burst of file events settles before a reload.
@@ -25,7 +29,7 @@ pub const DEBOUNCE: Duration = Duration::from_millis(150);
 use crate::live_config::LiveConfig;
 
 impl LiveConfig {
-    /// Watch the plugin directory and `routes.toml` until shutdown.
+    /// Watch the plugin directory, `routes.toml` and the contracts folder until shutdown.
     pub fn watch(
         self,
         shutdown: CancellationToken,
@@ -71,17 +75,15 @@ impl LiveConfig {
                 .unwrap_or_else(|| PathBuf::from("."));
             debouncer.watch(&dir, RecursiveMode::NonRecursive)?;
         }
-        let contracts_dir = self
-            .contracts
-            .dir()
-            .filter(|d| d.is_dir())
-            .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf()));
-        if let Some(dir) = &contracts_dir {
-            debouncer.watch(dir, RecursiveMode::NonRecursive)?;
+        let mut contracts = self.contracts.dir().and_then(ContractsWatch::new);
+        if let Some(watch) = &mut contracts {
+            debouncer.watch(&watch.parent, RecursiveMode::NonRecursive)?;
+            watch.rearm(&mut debouncer);
         }
+        let contracts_dir = contracts.as_ref().map(|w| w.dir.clone());
         tracing::info!(plugins = %plugin_dir.display(), routes = ?routes_file, contracts = ?contracts_dir, "watching for plugin, routes and contracts changes");
         Ok(tokio::spawn(async move {
-            let _debouncer = debouncer;
+            let mut debouncer = debouncer;
             loop {
                 let paths = tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -89,23 +91,30 @@ impl LiveConfig {
                 };
                 let mut routes_changed = false;
                 let mut contracts_changed = false;
+                let mut contracts_folder_changed = false;
                 let mut wasm: Vec<PathBuf> = Vec::new();
                 for path in paths {
                     if routes_file.as_ref().is_some_and(|f| {
                         path.file_name() == f.file_name() && path.parent() == f.parent()
                     }) {
                         routes_changed = true;
-                    } else if contracts_dir
-                        .as_deref()
-                        .is_some_and(|d| path.parent() == Some(d))
-                        && path.extension().is_some_and(|e| e == "toml" || e == "json")
-                    {
+                    } else if contracts.as_ref().is_some_and(|w| w.is_folder(&path)) {
+                        contracts_folder_changed = true;
+                        contracts_changed = true;
+                    } else if contracts.as_ref().is_some_and(|w| w.holds_contract(&path)) {
                         contracts_changed = true;
                     } else if path.extension().is_some_and(|e| e == "wasm")
                         && path.exists()
                         && !wasm.contains(&path)
                     {
                         wasm.push(path);
+                    }
+                }
+                if contracts_folder_changed {
+                    // Watch the new folder before reading it: a file written meanwhile is
+                    // either read now or seen by the watch.
+                    if let Some(watch) = &mut contracts {
+                        watch.rearm(&mut debouncer);
                     }
                 }
                 if contracts_changed {
@@ -125,5 +134,64 @@ impl LiveConfig {
                 }
             }
         }))
+    }
+}
+
+/// The contracts folder as the watcher follows it: through its parent (which sees the folder
+/// created, deleted or renamed) and, while it exists, the folder itself (its files).
+struct ContractsWatch {
+    /// The folder's parent directory, canonical.
+    parent: PathBuf,
+    /// The folder: its canonical parent joined with its name (it may not exist).
+    dir: PathBuf,
+    /// Whether the folder itself is watched now.
+    armed: bool,
+}
+
+impl ContractsWatch {
+    /// Follow `dir`; `None` (with a warning) when its parent directory does not exist.
+    fn new(dir: &Path) -> Option<Self> {
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let (Ok(parent), Some(name)) = (std::fs::canonicalize(parent), dir.file_name()) else {
+            tracing::warn!(dir = %dir.display(), "the contracts folder's parent directory does not exist; contracts are not watched");
+            return None;
+        };
+        Some(Self {
+            dir: parent.join(name),
+            parent,
+            armed: false,
+        })
+    }
+
+    /// Watch the folder itself if it exists now, and stop watching what it was before (a folder
+    /// deleted, or replaced by renaming another over it).
+    fn rearm<T: notify::Watcher, C: FileIdCache>(&mut self, debouncer: &mut Debouncer<T, C>) {
+        if self.armed {
+            // Gone already when the folder was deleted: nothing to undo then.
+            let _ = debouncer.unwatch(&self.dir);
+            self.armed = false;
+        }
+        if self.dir.is_dir() {
+            match debouncer.watch(&self.dir, RecursiveMode::NonRecursive) {
+                Ok(()) => self.armed = true,
+                Err(e) => {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "cannot watch the contracts folder; its files' changes are not seen")
+                }
+            }
+        }
+    }
+
+    /// Whether `path` is the folder itself (created, deleted, renamed).
+    fn is_folder(&self, path: &Path) -> bool {
+        path == self.dir
+    }
+
+    /// Whether `path` is a contract file of the folder (`.toml` or `.json`).
+    fn holds_contract(&self, path: &Path) -> bool {
+        path.parent() == Some(self.dir.as_path())
+            && path.extension().is_some_and(|e| e == "toml" || e == "json")
     }
 }

@@ -179,19 +179,11 @@ pub async fn live_plugin_workers(database_url: &str) -> anyhow::Result<Vec<LiveP
         .collect()
 }
 
-/// The plugin directory as `outbox plugins` commands see it: `settings.plugin_dir`, or, when
-/// that relative path does not exist from here, the same path next to the routes file.
+/// The plugin directory as `outbox plugins` commands see it: the host's
+/// (`settings.plugin_dir`, already taken from beside the routes file when relative, see
+/// [`outbox_host::plugin::files`]).
 pub fn plugin_dir_of(config: &Config) -> std::path::PathBuf {
-    let dir = &config.settings.plugin_dir;
-    if dir.is_relative() && !dir.exists() {
-        if let Some(base) = config.path.as_deref().and_then(std::path::Path::parent) {
-            let candidate = base.join(dir);
-            if candidate.exists() {
-                return candidate;
-            }
-        }
-    }
-    dir.clone()
+    config.settings.plugin_dir.clone()
 }
 
 /// Compile every plugin `config` declares from `dir` (CPU-heavy: call on a blocking thread).
@@ -210,7 +202,7 @@ pub fn load_declared_plugins(
         .map(|(name, spec)| {
             let path = dir.join(spec.file.clone().unwrap_or_else(|| format!("{name}.wasm")));
             let file = path.display().to_string();
-            let bytes = match std::fs::read(&path) {
+            let bytes = match outbox_host::plugin::files::read_plugin_file(name, dir, &path) {
                 Ok(bytes) => bytes,
                 Err(e) => {
                     return DeclaredPlugin {
@@ -218,7 +210,7 @@ pub fn load_declared_plugins(
                         world: None,
                         hash: None,
                         file,
-                        error: Some(format!("cannot read {}: {e}", path.display())),
+                        error: Some(e.to_string()),
                     }
                 }
             };

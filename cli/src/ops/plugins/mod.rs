@@ -37,7 +37,8 @@ pub(crate) fn compile_file_offline(
     engine: &PluginEngine,
     path: &std::path::Path,
 ) -> anyhow::Result<(std::sync::Arc<CompiledPlugin>, Duration)> {
-    let bytes = std::fs::read(path)
+    let name = plugin_name_of(path);
+    let bytes = outbox_host::plugin::files::read_bounded(&name, path, path)
         .with_context(|| format!("{}: cannot read the plugin file", path.display()))?;
     anyhow::ensure!(
         bytes.starts_with(b"\0asm"),
