@@ -81,3 +81,125 @@ async fn capability_http_an_ip_grant_is_reached_through_a_name_only_on_its_port_
     probe.stop().await;
 }
 
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_kv_bytes_per_plugin_stop_at_the_byte_quota_long_before_the_key_quota(
+    pool: PgPool,
+) {
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[("kvbig", "kv = true"), ("kvneighbour", "kv = true")],
+        ),
+    )
+    .await;
+    // Each key holds 1_000_005 bytes of key and value: the default 16 MiB quota (16_777_216
+    // bytes) takes 16 of them, far below the quota of 1000 keys.
+    let (handled, _) = probe
+        .run(
+            "kvbig",
+            None,
+            json!([
+                { "op": "kv-set", "key": "big-{i}", "value_bytes": 1_000_000, "repeat": 17,
+                  "expect": { "ok": 16, "failed": 1, "error_contains": "kv quota of 16777216 bytes reached for plugin 'kvbig'" } },
+                // The refused key was not written. Compare-and-set is bounded too.
+                { "op": "kv-get", "key": "big-16", "expect": { "returns": "none" } },
+                { "op": "kv-set", "key": "pad", "value_bytes": 700_000, "expect": { "ok": 1 } },
+                { "op": "kv-cas", "key": "cas", "value": "v".repeat(100_000),
+                  "expect": { "failed": 1, "error_contains": "kv quota of 16777216 bytes" } },
+                // Overwriting with a shorter value frees bytes and always works.
+                { "op": "kv-set", "key": "big-0", "value_bytes": 10, "expect": { "ok": 1 } },
+                { "op": "kv-set", "key": "after-shrink", "value_bytes": 900_000, "expect": { "ok": 1 } },
+                // Deleting a key frees its bytes.
+                { "op": "kv-set", "key": "refused", "value_bytes": 1_000_000,
+                  "expect": { "failed": 1, "error_contains": "kv quota of 16777216 bytes" } },
+                { "op": "kv-delete", "key": "big-1", "expect": { "returns": "true" } },
+                { "op": "kv-set", "key": "refused", "value_bytes": 1_000_000, "expect": { "ok": 1 } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let mut conn = probe.env.redis.clone();
+    let keys: Vec<String> =
+        redis::AsyncCommands::keys(&mut conn, format!("{}outbox:kv:kvbig:*", probe.env.prefix))
+            .await
+            .unwrap();
+    assert_eq!(keys.len(), 18, "{keys:?}");
+    // The quota is per plugin: the neighbour still stores a large value.
+    let (handled, _) = probe
+        .run(
+            "kvneighbour",
+            None,
+            json!([{ "op": "kv-set", "key": "mine", "value_bytes": 1_000_000, "expect": { "ok": 1 } }]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    probe.stop().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_kv_byte_quota_is_set_per_plugin_and_freed_by_expiry_and_deletes(pool: PgPool) {
+    let routes_toml = routes("capability-policy", &[("kvsmall", "kv = true")]).replace(
+        "[plugins.kvsmall]\n",
+        "[plugins.kvsmall]\nkv_max_bytes = 4096\n",
+    );
+    let probe = Probe::start(pool, &routes_toml).await;
+    // Keys "s-0".. hold 1003 bytes each: four fit in 4096 bytes, with 84 to spare; `n` takes 2
+    // of them, `c` with 80 bytes 81.
+    let (handled, _) = probe
+        .run(
+            "kvsmall",
+            None,
+            json!([
+                { "op": "kv-set", "key": "s-{i}", "value_bytes": 1000, "ttl": 2, "repeat": 5,
+                  "expect": { "ok": 4, "failed": 1, "error_contains": "kv quota of 4096 bytes reached for plugin 'kvsmall'" } },
+                { "op": "kv-increment", "key": "n", "delta": 7, "expect": { "returns": "7" } },
+                { "op": "kv-cas", "key": "c", "value": "x".repeat(82),
+                  "expect": { "failed": 1, "error_contains": "kv quota of 4096 bytes" } },
+                { "op": "kv-cas", "key": "c", "value": "x".repeat(80), "expect": { "returns": "true" } },
+                // 4012 + 2 + 81 = 4095 bytes held: an increment adding digits passes the quota.
+                { "op": "kv-increment", "key": "n", "delta": 10_000,
+                  "expect": { "failed": 1, "error_contains": "kv quota of 4096 bytes" } },
+                { "op": "kv-get", "key": "n", "expect": { "returns": "7" } },
+                { "op": "kv-increment", "key": "n", "delta": 2, "expect": { "returns": "9" } },
+            ]),
+        )
+        .await;
+    assert_eq!(handled, HandledAs::Ok);
+    let sizes = format!("{}outbox:kv-bytes:kvsmall", probe.env.prefix);
+    let mut conn = probe.env.redis.clone();
+    let total: u64 = redis::AsyncCommands::hget(&mut conn, &sizes, "")
+        .await
+        .unwrap();
+    assert_eq!(total, 4 * 1003 + 2 + 81);
+    // The four keys expire: their bytes are free at the next write.
+    tokio::time::sleep(std::time::Duration::from_millis(3000)).await;
+    let (handled, _) = probe
+        .run(
+            "kvsmall",
+            None,
+            json!([
+                { "op": "kv-set", "key": "t-{i}", "value_bytes": 1000, "repeat": 5,
+                  "expect": { "ok": 4, "failed": 1, "error_contains": "kv quota of 4096 bytes" } },
+                { "op": "kv-delete", "key": "c", "expect": { "returns": "true" } },
+                { "op": "kv-delete", "key": "t-0", "expect": { "returns": "true" } },
+                { "op": "kv-set", "key": "t-4", "value_bytes": 1000, "expect": { "ok": 1 } },
+            ]),
+        )
+        .await;
+    assert_eq!(
+        handled,
+        HandledAs::Ok,
+        "expired and deleted keys freed their bytes"
+    );
+    let total: u64 = redis::AsyncCommands::hget(&mut conn, &sizes, "")
+        .await
+        .unwrap();
+    assert_eq!(
+        total,
+        4 * 1003 + 2,
+        "the total follows writes, expiry and deletes exactly"
+    );
+    probe.stop().await;
+}
+
