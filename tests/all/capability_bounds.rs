@@ -6,6 +6,9 @@
 use serde_json::json;
 use sqlx::PgPool;
 
+use outbox_host::capability::policy::{
+    CapabilityPolicy, MAX_CACHED_DECISIONS, MAX_DECISION_CACHE_BYTES,
+};
 use outbox_host::receive::HandledAs;
 
 use crate::capabilities::{recording_server, routes, Probe};
@@ -203,3 +206,57 @@ async fn capability_kv_byte_quota_is_set_per_plugin_and_freed_by_expiry_and_dele
     probe.stop().await;
 }
 
+#[sqlx::test(migrations = "../migrations")]
+async fn capability_policy_cache_flood_by_one_plugin_keeps_another_plugins_decisions_cached(
+    pool: PgPool,
+) {
+    let probe = Probe::start(
+        pool,
+        &routes(
+            "capability-policy",
+            &[("flooder", ""), ("steady", "kv = true")],
+        ),
+    )
+    .await;
+    let registry = probe.live.registry.clone();
+    let policy_calls = |registry: &outbox_host::plugin::PluginRegistry| {
+        registry
+            .list()
+            .into_iter()
+            .find(|p| p.name == "capability-policy")
+            .map_or(0, |p| p.calls)
+    };
+    let (calls_for_flood, calls_for_steady, stats) = tokio::task::spawn_blocking(move || {
+        let policy = CapabilityPolicy::with_plugin(registry.clone(), "capability-policy");
+        let flooder = registry.get("flooder").unwrap();
+        let steady = registry.get("steady").unwrap();
+        assert_eq!(policy.check(&steady, "kv", "counter"), Ok(()));
+        let before_flood = policy_calls(&registry);
+        for i in 0..10_000 {
+            let target = format!("flood-{i}-{}", "x".repeat(200));
+            assert!(policy.check(&flooder, "kv", &target).is_err());
+        }
+        let after_flood = policy_calls(&registry);
+        assert_eq!(policy.check(&steady, "kv", "counter"), Ok(()));
+        (
+            after_flood - before_flood,
+            policy_calls(&registry) - after_flood,
+            policy.cache_stats(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        calls_for_flood, 10_000,
+        "every distinct target ran the policy"
+    );
+    assert_eq!(
+        calls_for_steady, 0,
+        "the steady plugin's decision was still cached after the flood"
+    );
+    assert!(
+        stats.entries <= MAX_CACHED_DECISIONS && stats.bytes <= MAX_DECISION_CACHE_BYTES,
+        "{stats:?}"
+    );
+    probe.stop().await;
+}
