@@ -300,6 +300,17 @@ impl QueueKeys {
         out
     }
 
+    /// The sizes of plugin `plugin`'s kv keys, a hash (field: the plugin's key, value: its
+    /// length plus its value's; field `""`: their total) that bounds the bytes a plugin holds:
+    /// `{prefix}outbox:kv-bytes:{plugin}` (on a cluster `{prefix}outbox:kv-bytes:{{plugin}}`).
+    pub fn kv_bytes(&self, plugin: &str) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + plugin.len() + 18);
+        out.push_str(&self.prefix);
+        out.push_str("outbox:kv-bytes:");
+        self.push_plugin(&mut out, plugin);
+        out
+    }
+
     /// A plugin name in a key, encoded (see [`push_encoded`]); on a cluster inside a hash tag.
     fn push_plugin(&self, out: &mut String, plugin: &str) {
         match self.layout {
@@ -610,6 +621,7 @@ mod tests {
         // A plugin's kv keys and their index share one slot, another plugin's another.
         assert_eq!(hashed_part(&keys.kv("counter", "a:b")), "counter");
         assert_eq!(hashed_part(&keys.kv_index("counter")), "counter");
+        assert_eq!(hashed_part(&keys.kv_bytes("counter")), "counter");
         assert!(keys
             .kv("counter", "x")
             .starts_with(&keys.kv_namespace("counter")));

@@ -28,7 +28,7 @@ const PLUGINS: &[&str] = &[
 
 /// A routes file with `policy` deciding, and one probe handler per `(name, grants)`, each
 /// consuming queue `outbox.<name>`.
-fn routes(policy: &str, probes: &[(&str, &str)]) -> String {
+pub(crate) fn routes(policy: &str, probes: &[(&str, &str)]) -> String {
     let mut text = format!(
         r#"
 [router]
@@ -54,15 +54,15 @@ plugin = "{policy}"
 }
 
 /// A running configuration and receivers that are not consuming (the test hands them entries).
-struct Probe {
-    env: TestEnv,
-    live: LiveConfig,
+pub(crate) struct Probe {
+    pub(crate) env: TestEnv,
+    pub(crate) live: LiveConfig,
     receivers: Receivers,
     _fixture: PluginFixture,
 }
 
 impl Probe {
-    async fn start(pool: PgPool, routes_toml: &str) -> Self {
+    pub(crate) async fn start(pool: PgPool, routes_toml: &str) -> Self {
         let mut env = TestEnv::new(pool).await;
         env.settings.receiver_lease = Duration::from_secs(300);
         let fixture = PluginFixture::new(PLUGINS, routes_toml);
@@ -86,7 +86,12 @@ impl Probe {
 
     /// Publish a `<probe>.run` event (in `tenant`) carrying `steps`, and hand it to the probe
     /// handler `probe` as its queue would. Returns what became of it and the event id.
-    async fn run(&self, probe: &str, tenant: Option<&str>, steps: Value) -> (HandledAs, i64) {
+    pub(crate) async fn run(
+        &self,
+        probe: &str,
+        tenant: Option<&str>,
+        steps: Value,
+    ) -> (HandledAs, i64) {
         let mut event = NewEvent::new(format!("{probe}.run"), json!({ "steps": steps }));
         event.tenant_id = tenant.map(str::to_string);
         let payload = event.payload.to_string();
@@ -122,7 +127,7 @@ impl Probe {
         .unwrap()
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.env.cleanup().await;
     }
 }
@@ -534,15 +539,15 @@ async fn capability_handler_publishes_into_another_tenant_only_when_granted(pool
 
 /// What a local server saw of one request.
 #[derive(Debug, Clone)]
-struct Seen {
+pub(crate) struct Seen {
     method: String,
-    path_and_query: String,
+    pub(crate) path_and_query: String,
     headers: HeaderMap,
     body: Bytes,
 }
 
 /// A local server on 127.0.0.1 recording every request; answers 200.
-async fn recording_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+pub(crate) async fn recording_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let log = seen.clone();
     let app = axum::Router::new().fallback(
@@ -572,7 +577,7 @@ async fn recording_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
 async fn capability_http_to_a_name_resolving_to_loopback_needs_an_ip_grant(pool: PgPool) {
     let (port, seen) = recording_server().await;
     let by_name = format!("http = [\"localhost:{port}\"]");
-    let with_ip = format!("http = [\"localhost:{port}\", \"127.0.0.1\", \"[::1]\"]");
+    let with_ip = format!("http = [\"localhost:{port}\", \"127.0.0.1:{port}\", \"[::1]:{port}\"]");
     let probe = Probe::start(
         pool,
         &routes(
@@ -602,7 +607,11 @@ async fn capability_http_to_a_name_resolving_to_loopback_needs_an_ip_grant(pool:
             json!([{ "op": "http", "url": url, "expect": { "ok": 1, "status": 200 } }]),
         )
         .await;
-    assert_eq!(handled, HandledAs::Ok, "an IP grant lets the name through");
+    assert_eq!(
+        handled,
+        HandledAs::Ok,
+        "an IP grant on the same port lets the name through"
+    );
     assert_eq!(seen.lock().unwrap().len(), 1);
     probe.stop().await;
 }

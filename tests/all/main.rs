@@ -6,6 +6,7 @@ mod alerts;
 mod blips;
 mod bullmq;
 mod capabilities;
+mod capability_bounds;
 mod claim;
 mod console;
 mod console_access;

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use crate::{repo_path, text};
 
 /// A routes file for these tests: the shipped capability policy, `workflow-trigger` with an
-/// HTTP executor, and the probe with kv and http grants.
+/// HTTP executor, and the probe with kv and http grants and a kv byte quota of 8 KiB.
 const ROUTES: &str = r#"
 [routes]
 "workflow." = "outbox.workflow"
@@ -35,6 +35,7 @@ config = { executor = { http = { url = "https://executor.internal/run" } }, work
 grants = { publish = ["workflow.execution."], http = ["executor.internal"] }
 
 [plugins.capability-probe]
+kv_max_bytes = 8192
 grants = { kv = true, http = ["api.example.com"] }
 "#;
 
@@ -215,4 +216,32 @@ fn cli_plugins_call_serves_kv_from_a_seed_and_checks_grants_and_the_policy() {
         stderr.contains("the value of \"list\" must be a string or an integer"),
         "{stderr}"
     );
+}
+
+#[test]
+fn cli_plugins_call_applies_the_kv_byte_quota_of_the_plugin() {
+    // Keys "b-0".. hold 1003 bytes each: eight fit in 8192 bytes, the ninth does not; deleting
+    // one frees its bytes.
+    let steps = r#"{"event_type": "probe.run", "payload": {"steps": [
+        {"op": "kv-set", "key": "b-{i}", "value_bytes": 1000, "repeat": 9,
+         "expect": {"ok": 8, "failed": 1, "error_contains": "kv quota of 8192 bytes reached for plugin 'capability-probe'"}},
+        {"op": "kv-delete", "key": "b-1", "expect": {"returns": "true"}},
+        {"op": "kv-set", "key": "b-8", "value_bytes": 1000, "expect": {"ok": 1}}
+    ]}}"#;
+    let out = call(&[
+        &repo_path("plugins/dist/test/capability-probe.wasm"),
+        "--event",
+        steps,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("probe.run (from outbox.test): ok"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("kv quota of 8192 bytes reached"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kv after the call: 8 keys"), "{stdout}");
 }

@@ -6,7 +6,8 @@
 //! that vets every address it returns), the timeout and response size limits, the headers a
 //! plugin may not set, and signing with the secret its grants name. It never sends a request
 //! before the policy allowed its host, never connects to a loopback, link-local, private or
-//! otherwise non-public address the grants do not name as an IP, never resolves a name twice for
+//! otherwise non-public address the grants do not name as an IP on the port connected to (and,
+//! reached through a name, unless the grants name that name too), never resolves a name twice for
 //! one connection (the address vetted is the address dialled), never follows a redirect (each
 //! hop must pass the policy), never signs over plain `http://` unless the grants allow it, and
 //! never shows the signing secret to the plugin or a log.
@@ -243,7 +244,9 @@ impl GrantEntry {
 /// The egress decision for one URL, taken from the plugin's grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Destination {
-    /// The non-public addresses the grants name as IPs: the resolver accepts them for names too.
+    /// The non-public addresses the URL's name may resolve to: those the grants name as IPs on
+    /// the URL's port, when a grant names the name itself (empty for an IP-literal URL, which
+    /// is not resolved, and for a name no grant names).
     pub(crate) allowed_ips: Vec<IpAddr>,
 }
 
@@ -253,9 +256,13 @@ pub(crate) struct Destination {
 ///   when the entry has no port (or when no entry names the host: a policy that allows more
 ///   hosts than the grants list still reaches only default ports);
 /// - an IP-literal host that is not a public address (loopback, link-local, private, ...) only
-///   when a grant entry names that IP.
+///   when a grant entry names that IP (on this port, by the rule above).
 ///
-/// Names are vetted when they resolve (by the client's resolver), against the IPs the grants name.
+/// Names are vetted when they resolve (by the client's resolver): every address must be public,
+/// or be named by an IP grant *on the URL's port* while a grant names the name itself. An IP
+/// grant (`"10.0.0.5:8080"`) vouches for one socket address, not for every name resolving to
+/// the IP: a name the grants do not list (a permissive policy) or a name on another port never
+/// reaches it, so a DNS answer cannot turn an IP grant into access to other ports of that host.
 pub(crate) fn check_destination(
     url: &reqwest::Url,
     grants: &Grants,
@@ -304,25 +311,31 @@ pub(crate) fn check_destination(
             granted.join(", ")
         ));
     }
-    let allowed_ips: Vec<IpAddr> = {
-        let mut ips: Vec<IpAddr> = entries
-            .iter()
-            .filter_map(|e| match e.host {
-                GrantHost::Ip(ip) if non_public_kind(ip).is_some() => Some(ip),
-                _ => None,
-            })
-            .collect();
-        ips.sort();
-        ips.dedup();
-        ips
-    };
-    if let GrantHost::Ip(ip) = host {
-        if let Some(kind) = non_public_kind(ip) {
-            if !allowed_ips.contains(&ip) {
-                return Err(refused(&shown, ip, kind));
+    // Here a grant naming the host (if any) allows the port.
+    let allowed_ips: Vec<IpAddr> = match host {
+        GrantHost::Ip(ip) => {
+            if let Some(kind) = non_public_kind(ip) {
+                if naming.is_empty() {
+                    return Err(refused(&shown, ip, kind));
+                }
             }
+            Vec::new()
         }
-    }
+        GrantHost::Name(_) if naming.is_empty() => Vec::new(),
+        GrantHost::Name(_) => {
+            let mut ips: Vec<IpAddr> = entries
+                .iter()
+                .filter(|e| allowed_port(e))
+                .filter_map(|e| match e.host {
+                    GrantHost::Ip(ip) if non_public_kind(ip).is_some() => Some(ip),
+                    _ => None,
+                })
+                .collect();
+            ips.sort();
+            ips.dedup();
+            ips
+        }
+    };
     Ok(Destination { allowed_ips })
 }
 
@@ -333,8 +346,9 @@ fn refused(host: &str, ip: IpAddr, kind: &str) -> String {
     )
 }
 
-/// Check every address a name resolved to: all must be public, or named by an IP grant. One bad
-/// address refuses the name (a resolver answer that mixes in an internal address is an attack).
+/// Check every address a name resolved to: all must be public, or in `allowed` (the IPs the
+/// grants name on the request's port, see [`Destination::allowed_ips`]). One bad address refuses
+/// the name (a resolver answer that mixes in an internal address is an attack).
 pub(crate) fn vet_resolved(
     name: &str,
     addrs: &[SocketAddr],
@@ -347,8 +361,12 @@ pub(crate) fn vet_resolved(
         let ip = addr.ip().to_canonical();
         if let Some(kind) = non_public_kind(ip) {
             if !allowed.contains(&ip) {
+                let ip_entry = match ip {
+                    IpAddr::V4(v4) => v4.to_string(),
+                    IpAddr::V6(v6) => format!("[{v6}]"),
+                };
                 return Err(format!(
-                    "http: {name} resolves to {ip}, a {kind} address; a plugin reaches non-public addresses only when its http grants name that IP explicitly (this refuses DNS rebinding)"
+                    "http: {name} resolves to {ip}, a {kind} address; a plugin reaches a non-public address through a name only when its http grants name both the name and that IP explicitly with the request's port (\"{name}:PORT\" and \"{ip_entry}:PORT\"; this refuses DNS rebinding)"
                 ));
             }
         }
@@ -726,15 +744,42 @@ mod tests {
         assert!(err.contains("link-local"), "{err}");
         let ip = grants(&["127.0.0.1:8080", "[::1]:9000"]);
         let d = check_destination(&url("http://127.0.0.1:8080/"), &ip).unwrap();
-        assert_eq!(
-            d.allowed_ips,
-            vec![
-                "127.0.0.1".parse::<IpAddr>().unwrap(),
-                "::1".parse().unwrap()
-            ]
-        );
+        assert!(d.allowed_ips.is_empty(), "an IP literal is not resolved");
         assert!(check_destination(&url("http://[::1]:9000/"), &ip).is_ok());
         assert!(check_destination(&url("http://127.0.0.2:8080/"), &ip).is_err());
+    }
+
+    #[test]
+    fn an_ip_grant_lets_a_name_resolve_to_it_only_on_its_port_and_only_for_a_granted_name() {
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        let g = grants(&[
+            "127.0.0.1:8080",
+            "10.0.0.5",
+            "localhost:8080",
+            "localhost:9090",
+            "internal.example",
+            "internal.example:8443",
+        ]);
+        let allowed = |u: &str| check_destination(&url(u), &g).unwrap().allowed_ips;
+        assert_eq!(allowed("http://localhost:8080/"), vec![loopback]);
+        // The name is granted on 9090, but no IP grant names port 9090: only public addresses.
+        assert!(allowed("http://localhost:9090/").is_empty());
+        // An IP grant without a port vouches for the scheme's default port only.
+        let internal = vec!["10.0.0.5".parse::<IpAddr>().unwrap()];
+        assert_eq!(allowed("http://internal.example/"), internal);
+        assert_eq!(allowed("https://internal.example/"), internal);
+        assert!(allowed("https://internal.example:8443/").is_empty());
+        // A name no grant names (a permissive policy lets it through): public addresses only.
+        let ip_only = grants(&["127.0.0.1:80"]);
+        let d = check_destination(&url("http://rebinds.example/"), &ip_only).unwrap();
+        assert!(d.allowed_ips.is_empty(), "{d:?}");
+        let err = vet_resolved(
+            "localhost",
+            &["127.0.0.1:0".parse().unwrap()],
+            &d.allowed_ips,
+        )
+        .unwrap_err();
+        assert!(err.contains("\"127.0.0.1:PORT\""), "{err}");
     }
 
     #[test]

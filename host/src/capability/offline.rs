@@ -4,7 +4,7 @@
 //! Owns [`OfflineHost`] (the policy, the grants and limits of the plugin, the HTTP fixtures and
 //! the in-memory kv store of one offline run) and [`OfflineServices`], its implementation of
 //! [`HandlerServices`]. Every call goes through the checks a receiver makes (key, value and
-//! target bounds, the kv key quota, the publish budget, child dispatch keys, headers and tenant,
+//! target bounds, the kv quotas of keys and bytes, the publish budget, child dispatch keys, headers and tenant,
 //! the URL and port rules of the grants) and the capability policy, then is served from memory
 //! and written down in an [`OfflineCall`]: a publish is recorded ("would publish", with the
 //! dispatch key the host would give it) and answered with a negative id, a kv call works on the
@@ -401,16 +401,28 @@ impl AskPolicy for OfflineServices {
     }
 }
 
-/// A kv write into the store under the quota: `Err` when `key` is new and the store is full.
+/// A kv write into the store under the quotas, as the Redis scripts decide: `Err` when `key` is
+/// new and the store holds the key quota, or when the write grows the bytes of keys and values
+/// the store holds past `max_bytes`.
 fn store(
     kv_store: &mut BTreeMap<String, OfflineKvValue>,
-    plugin: &str,
+    (plugin, max_bytes): (&str, u64),
     key: &str,
     value: String,
     ttl_seconds: Option<u32>,
 ) -> Result<(), String> {
-    if !kv_store.contains_key(key) && kv_store.len() >= kv::MAX_KV_KEYS_PER_PLUGIN {
+    let size = |k: &str, v: &OfflineKvValue| (k.len() + v.value.len()) as u64;
+    let old = kv_store.get(key).map(|v| size(key, v));
+    if old.is_none() && kv_store.len() >= kv::MAX_KV_KEYS_PER_PLUGIN {
         return Err(kv::quota_reached(plugin));
+    }
+    let old = old.unwrap_or(0);
+    let new = (key.len() + value.len()) as u64;
+    if new > old {
+        let held: u64 = kv_store.iter().map(|(k, v)| size(k, v)).sum();
+        if held - old + new > max_bytes {
+            return Err(kv::byte_quota_reached(plugin, max_bytes, key, value.len()));
+        }
     }
     kv_store.insert(key.to_string(), OfflineKvValue { value, ttl_seconds });
     Ok(())
@@ -442,11 +454,12 @@ impl HandlerServices for OfflineServices {
         ttl_seconds: Option<u32>,
     ) -> BoxFuture<'_, Result<(), HostCallError>> {
         let plugin = self.plugin.name.clone();
+        let quota = kv::KvMaxBytes::of(self.plugin.spec.kv_max_bytes);
         Box::pin(async move {
             let checks = kv::check_value(&value, ttl_seconds);
             self.kv_offline("set", &key, checks, |kv_store| {
                 let text = format!("stored {value:?}");
-                store(kv_store, &plugin, &key, value, ttl_seconds).map(|()| ((), text))
+                store(kv_store, (&plugin, quota), &key, value, ttl_seconds).map(|()| ((), text))
             })
             .await
         })
@@ -469,6 +482,7 @@ impl HandlerServices for OfflineServices {
         ttl_seconds: Option<u32>,
     ) -> BoxFuture<'_, Result<i64, HostCallError>> {
         let plugin = self.plugin.name.clone();
+        let quota = kv::KvMaxBytes::of(self.plugin.spec.kv_max_bytes);
         Box::pin(async move {
             let checks = kv::check_ttl(ttl_seconds);
             self.kv_offline("increment", &key, checks, |kv_store| {
@@ -489,7 +503,7 @@ impl HandlerServices for OfflineServices {
                         "kv: cannot increment {key:?}: its value is not a 64-bit integer or the sum overflows ({current} + {delta})"
                     ));
                 };
-                store(kv_store, &plugin, &key, next.to_string(), ttl)?;
+                store(kv_store, (&plugin, quota), &key, next.to_string(), ttl)?;
                 Ok((next, next.to_string()))
             })
             .await
@@ -504,6 +518,7 @@ impl HandlerServices for OfflineServices {
         ttl_seconds: Option<u32>,
     ) -> BoxFuture<'_, Result<bool, HostCallError>> {
         let plugin = self.plugin.name.clone();
+        let quota = kv::KvMaxBytes::of(self.plugin.spec.kv_max_bytes);
         Box::pin(async move {
             let checks = kv::check_value(&value, ttl_seconds).and_then(|()| match &expected {
                 Some(expected) => kv::check_value(expected, None),
@@ -515,7 +530,7 @@ impl HandlerServices for OfflineServices {
                     return Ok((false, format!("not stored: the value is {current:?}")));
                 }
                 let text = format!("stored {value:?}");
-                store(kv_store, &plugin, &key, value, ttl_seconds).map(|()| (true, text))
+                store(kv_store, (&plugin, quota), &key, value, ttl_seconds).map(|()| (true, text))
             })
             .await
         })

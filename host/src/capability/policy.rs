@@ -2,14 +2,16 @@
 //!
 //! Owns [`CapabilityPolicy`] (which policy plugin decides, failing closed without one), the
 //! request checks done before the policy runs ([`validate_request`]), its decision cache
-//! (bounded in entries and bytes, keyed by a hash, reasons clipped), the decision and denial
+//! (bounded in entries and bytes, keyed by a hash, reasons clipped, evicting the least recently
+//! used decision of the plugin holding the most, so a plugin's flood evicts its own decisions
+//! and no other plugin's), the decision and denial
 //! metrics, the audit log line of a denial (rate-limited per plugin and capability by a
 //! [`DenialLimiter`]), and the `plugin.capability-use.denied` event a denial is recorded as. It
 //! never performs the host call it decides about, never caches a failed policy call, and never
 //! lets a plugin grow host memory or the audit trail with the number of distinct targets it asks
 //! about.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,11 +42,13 @@ pub const MAX_POLICY_TARGET_BYTES: usize = 1024;
 /// Longest denial reason kept (cached, returned to the plugin, logged, published), bytes.
 pub const MAX_DENIAL_REASON_BYTES: usize = 1024;
 
-/// Cached policy decisions kept at most (the cache is cleared when full).
+/// Cached policy decisions kept at most, all plugins together (when full, the least recently
+/// used decision of the plugin holding the most bytes makes room).
 pub const MAX_CACHED_DECISIONS: usize = 4096;
 
-/// Bytes the decision cache may hold at most, counted as [`CACHE_ENTRY_OVERHEAD`] per entry
-/// plus its clipped reason (the cache is cleared when the next entry would pass it).
+/// Bytes the decision cache may hold at most, all plugins together, counted as
+/// [`CACHE_ENTRY_OVERHEAD`] per entry plus its clipped reason (when the next entry would pass
+/// it, the least recently used decisions of the plugin holding the most bytes make room).
 pub const MAX_DECISION_CACHE_BYTES: usize = 1 << 20;
 
 /// What one cache entry costs besides its reason: the 32-byte key, the value and the map's
@@ -91,42 +95,139 @@ pub struct CacheStats {
     pub bytes: usize,
 }
 
-/// The decision cache: hash of the request -> decision (reason clipped), bounded in entries and
-/// bytes; cleared when the next entry would pass either bound.
+/// The decision cache: per calling plugin, hash of the request -> decision (reason clipped),
+/// bounded in entries and bytes for all plugins together. Each plugin's decisions keep their
+/// own order of use; when the next entry would pass a bound, the least recently used decision
+/// of the plugin holding the most bytes is evicted, until it fits. A plugin asking about ever
+/// new targets therefore evicts its own decisions once it holds the most, and a plugin with a
+/// small working set keeps its decisions cached whatever another one floods the policy with.
 #[derive(Default)]
 struct DecisionCache {
-    map: HashMap<[u8; 32], Result<(), Box<str>>>,
+    plugins: HashMap<Box<str>, PluginDecisions>,
+    entries: usize,
+    bytes: usize,
+    /// Logical clock of uses (each get or insert of a decision takes the next value).
+    clock: u64,
+}
+
+/// The cached decisions of one plugin and their order of use.
+#[derive(Default)]
+struct PluginDecisions {
+    map: HashMap<[u8; 32], CachedDecision>,
+    /// Last use -> key, oldest first.
+    by_use: BTreeMap<u64, [u8; 32]>,
     bytes: usize,
 }
 
+struct CachedDecision {
+    decision: Result<(), Box<str>>,
+    last_use: u64,
+}
+
+impl CachedDecision {
+    /// What the entry counts for against [`MAX_DECISION_CACHE_BYTES`].
+    fn cost(&self) -> usize {
+        CACHE_ENTRY_OVERHEAD + self.decision.as_ref().err().map_or(0, |r| r.len())
+    }
+}
+
 impl DecisionCache {
-    fn get(&self, key: &[u8; 32]) -> Option<Result<(), String>> {
-        self.map
-            .get(key)
-            .map(|d| d.as_ref().map(|_| ()).map_err(|r| r.to_string()))
+    /// The decision cached for `plugin` under `key`, now its most recently used.
+    fn get(&mut self, plugin: &str, key: &[u8; 32]) -> Option<Result<(), String>> {
+        self.clock += 1;
+        let now = self.clock;
+        let decisions = self.plugins.get_mut(plugin)?;
+        let cached = decisions.map.get_mut(key)?;
+        decisions.by_use.remove(&cached.last_use);
+        decisions.by_use.insert(now, *key);
+        cached.last_use = now;
+        Some(
+            cached
+                .decision
+                .as_ref()
+                .map(|_| ())
+                .map_err(|r| r.to_string()),
+        )
     }
 
-    fn insert(&mut self, key: [u8; 32], decision: &Result<(), String>) {
-        let value: Result<(), Box<str>> = decision
-            .as_ref()
-            .map(|_| ())
-            .map_err(|r| Box::from(clip(r, MAX_DENIAL_REASON_BYTES)));
-        let cost = CACHE_ENTRY_OVERHEAD + value.as_ref().err().map_or(0, |r| r.len());
-        if self.map.len() >= MAX_CACHED_DECISIONS || self.bytes + cost > MAX_DECISION_CACHE_BYTES {
-            self.map.clear();
-            self.bytes = 0;
+    fn insert(&mut self, plugin: &str, key: [u8; 32], decision: &Result<(), String>) {
+        self.clock += 1;
+        let entry = CachedDecision {
+            decision: decision
+                .as_ref()
+                .map(|_| ())
+                .map_err(|r| Box::from(clip(r, MAX_DENIAL_REASON_BYTES))),
+            last_use: self.clock,
+        };
+        let cost = entry.cost();
+        self.remove(plugin, &key);
+        while self.entries > 0
+            && (self.entries >= MAX_CACHED_DECISIONS
+                || self.bytes + cost > MAX_DECISION_CACHE_BYTES)
+        {
+            self.evict_from_the_heaviest();
         }
-        if let Some(old) = self.map.insert(key, value) {
-            self.bytes -= CACHE_ENTRY_OVERHEAD + old.err().map_or(0, |r| r.len());
-        }
+        let decisions = self.plugins.entry(Box::from(plugin)).or_default();
+        decisions.by_use.insert(entry.last_use, key);
+        decisions.bytes += cost;
+        decisions.map.insert(key, entry);
+        self.entries += 1;
         self.bytes += cost;
+    }
+
+    /// Drop `plugin`'s decision under `key`, if cached.
+    fn remove(&mut self, plugin: &str, key: &[u8; 32]) {
+        let Some(decisions) = self.plugins.get_mut(plugin) else {
+            return;
+        };
+        if let Some(old) = decisions.map.remove(key) {
+            decisions.by_use.remove(&old.last_use);
+            decisions.bytes -= old.cost();
+            self.entries -= 1;
+            self.bytes -= old.cost();
+        }
+        if decisions.map.is_empty() {
+            self.plugins.remove(plugin);
+        }
+    }
+
+    /// Evict the least recently used decision of the plugin holding the most bytes.
+    fn evict_from_the_heaviest(&mut self) {
+        let Some(heaviest) = self
+            .plugins
+            .iter()
+            .max_by_key(|(_, d)| d.bytes)
+            .map(|(name, _)| name.clone())
+        else {
+            return;
+        };
+        let oldest = self.plugins[&heaviest]
+            .by_use
+            .first_key_value()
+            .map(|(_, key)| *key);
+        match oldest {
+            Some(key) => self.remove(&heaviest, &key),
+            None => {
+                self.plugins.remove(&heaviest);
+            }
+        }
     }
 
     fn stats(&self) -> CacheStats {
         CacheStats {
-            entries: self.map.len(),
+            entries: self.entries,
             bytes: self.bytes,
         }
+    }
+
+    /// The entries and bytes `plugin`'s decisions hold.
+    fn stats_of(&self, plugin: &str) -> CacheStats {
+        self.plugins
+            .get(plugin)
+            .map_or_else(CacheStats::default, |d| CacheStats {
+                entries: d.map.len(),
+                bytes: d.bytes,
+            })
     }
 }
 
@@ -383,7 +484,12 @@ impl CapabilityPolicy {
             request.target.as_str(),
             request.grants.as_str(),
         ]);
-        if let Some(cached) = self.decisions.lock().ok().and_then(|d| d.get(&key)) {
+        if let Some(cached) = self
+            .decisions
+            .lock()
+            .ok()
+            .and_then(|mut d| d.get(plugin, &key))
+        {
             return cached;
         }
         let decision = match policy.call_policy_in_call(&request).await {
@@ -402,7 +508,7 @@ impl CapabilityPolicy {
         };
         let decision = decision.map_err(|r| clip(&r, MAX_DENIAL_REASON_BYTES).to_string());
         if let Ok(mut decisions) = self.decisions.lock() {
-            decisions.insert(key, &decision);
+            decisions.insert(plugin, key, &decision);
         }
         decision
     }
@@ -411,6 +517,14 @@ impl CapabilityPolicy {
     /// [`MAX_DECISION_CACHE_BYTES`] whatever plugins ask).
     pub fn cache_stats(&self) -> CacheStats {
         self.decisions.lock().map(|d| d.stats()).unwrap_or_default()
+    }
+
+    /// How much of the decision cache the decisions about `plugin`'s calls hold now.
+    pub fn cache_stats_of(&self, plugin: &str) -> CacheStats {
+        self.decisions
+            .lock()
+            .map(|d| d.stats_of(plugin))
+            .unwrap_or_default()
     }
 }
 
@@ -513,20 +627,63 @@ mod tests {
             } else {
                 Err(long_reason.clone())
             };
-            cache.insert(cache_key(&[&i.to_string()]), &decision);
+            cache.insert("p", cache_key(&[&i.to_string()]), &decision);
             let stats = cache.stats();
             assert!(stats.bytes <= MAX_DECISION_CACHE_BYTES, "{stats:?}");
             assert!(stats.entries <= MAX_CACHED_DECISIONS, "{stats:?}");
         }
-        let kept = cache.get(&cache_key(&["19999"])).unwrap().unwrap_err();
+        let kept = cache.get("p", &cache_key(&["19999"])).unwrap().unwrap_err();
         assert_eq!(kept.len(), MAX_DENIAL_REASON_BYTES, "reasons are clipped");
         // Overwriting an entry does not count it twice.
         let mut one = DecisionCache::default();
-        one.insert(cache_key(&["a"]), &Err("x".into()));
-        one.insert(cache_key(&["a"]), &Err("x".into()));
+        one.insert("p", cache_key(&["a"]), &Err("x".into()));
+        one.insert("p", cache_key(&["a"]), &Err("x".into()));
         assert_eq!(one.stats().bytes, CACHE_ENTRY_OVERHEAD + 1);
         // Moving a separator does not make two requests share a key.
         assert_ne!(cache_key(&["ab", "c"]), cache_key(&["a", "bc"]));
+    }
+
+    #[test]
+    fn a_plugin_flooding_the_decision_cache_evicts_only_its_own_decisions() {
+        let mut cache = DecisionCache::default();
+        let steady = cache_key(&["steady", "kv", "counter"]);
+        cache.insert("steady", steady, &Ok(()));
+        let denied = cache_key(&["steady", "kv", "secret"]);
+        cache.insert("steady", denied, &Err("no".into()));
+        let long_reason = "r".repeat(2000);
+        for i in 0u32..50_000 {
+            let decision = if i % 3 == 0 {
+                Ok(())
+            } else {
+                Err(long_reason.clone())
+            };
+            cache.insert(
+                "flooder",
+                cache_key(&["flooder", &i.to_string()]),
+                &decision,
+            );
+            let stats = cache.stats();
+            assert!(stats.bytes <= MAX_DECISION_CACHE_BYTES, "{stats:?}");
+            assert!(stats.entries <= MAX_CACHED_DECISIONS, "{stats:?}");
+        }
+        assert_eq!(cache.get("steady", &steady), Some(Ok(())));
+        assert_eq!(cache.get("steady", &denied), Some(Err("no".into())));
+        assert_eq!(cache.stats_of("steady").entries, 2);
+        // The flooder keeps its most recent decisions, within what is left.
+        let last = cache_key(&["flooder", "49999"]);
+        assert!(cache.get("flooder", &last).is_some());
+        assert!(cache
+            .get("flooder", &cache_key(&["flooder", "0"]))
+            .is_none());
+        // Its least recently used go first: one it keeps using survives its own flood.
+        let mut lru = DecisionCache::default();
+        let hot = cache_key(&["hot"]);
+        lru.insert("p", hot, &Ok(()));
+        for i in 0u32..10_000 {
+            lru.insert("p", cache_key(&[&i.to_string()]), &Ok(()));
+            assert!(lru.get("p", &hot).is_some(), "evicted at {i}");
+        }
+        assert_eq!(lru.stats().entries, MAX_CACHED_DECISIONS);
     }
 
     #[test]

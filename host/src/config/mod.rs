@@ -164,8 +164,9 @@ pub struct Grants {
     pub kv: bool,
     /// Hosts (`host` or `host:port`) the plugin may call over HTTP. Without a port, only the
     /// scheme's default port (80, 443). Loopback, link-local, private and other non-public
-    /// addresses are reached only through an entry naming that IP (`"127.0.0.1:8080"`), whether
-    /// the URL names the IP or a name resolving to it.
+    /// addresses are reached only through an entry naming that IP (`"127.0.0.1:8080"`) with the
+    /// request's port, whether the URL names the IP or a name resolving to it (then an entry
+    /// must name the name too).
     #[serde(default)]
     pub http: Vec<String>,
     /// Name of an environment variable holding an HMAC-SHA256 secret: when set, the host signs
@@ -212,6 +213,10 @@ pub struct PluginSpec {
     /// Capabilities this plugin may use.
     #[serde(default)]
     pub grants: Grants,
+    /// Handler plugins only: bytes of kv keys and values the plugin may hold at once (1 to
+    /// 1 GiB, default 16 MiB; see `capability::kv`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_max_bytes: Option<crate::capability::kv::KvMaxBytes>,
     /// Handler plugins only: the event versions this handler supports, as a list for every
     /// event type (`[1, 2]`) or per type (`{ "mail.welcome" = [2, 3], "*" = [1] }`: a type not
     /// listed falls back to `"*"`, and without `"*"` to every version). An entry of another

@@ -27,7 +27,8 @@
 //! ```
 //!
 //! The host bounds what a plugin stores: keys of 1 to 512 bytes, values up to 1 MiB, at most
-//! 1000 live keys per plugin.
+//! 1000 live keys per plugin and 16 MiB of keys and values together (`kv_max_bytes` in its
+//! `[plugins.NAME]` changes that).
 
 use crate::bindings::handler::outbox::plugin::kv as wit;
 use crate::HostError;
