@@ -176,3 +176,22 @@ async fn a_host_whose_stderr_is_never_read_keeps_dispatching_and_stops_within_it
     dispatches_then_stops_within_its_grace(&pool, host, 200).await;
     drop(reader);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_host_whose_http_address_is_taken_fails_at_start_naming_the_address(pool: PgPool) {
+    // Another process (here: this test) holds the port.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let host = start_host(&pool_url(&pool).await, &addr, Stdio::piped());
+    let out = tokio::time::timeout(Duration::from_secs(30), host.child.wait_with_output())
+        .await
+        .expect("outbox run stops at start when its HTTP address is taken")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("OUTBOX_HTTP_ADDR={addr}")) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    drop(taken);
+}
