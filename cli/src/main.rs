@@ -870,16 +870,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 publish::validate_event_type(&event_type)?;
                 let config = load_config(&cli.config)?;
                 let live = outbox_host::live_config::LiveConfig::start(&config).await?;
-                let router = live.router.current();
-                let routes = config.routes.clone();
-                let explanation = blocking(move || {
-                    Ok(ops::explain_route(
-                        router.as_ref().as_ref(),
-                        &routes,
-                        &event_type,
-                    ))
-                })
-                .await?;
+                let explanation =
+                    ops::explain_route(live.router.current(), &config.routes, &event_type).await;
                 if json {
                     out!("{}", serde_json::to_string(&explanation)?);
                 } else {
