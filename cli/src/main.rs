@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 #[macro_use]
 mod output;
+#[macro_use]
+mod log_output;
 mod ops;
 mod span_export;
 
@@ -537,7 +539,7 @@ fn load_config_or_environment(path: &Option<PathBuf>) -> anyhow::Result<Config> 
     match load_config(path) {
         Ok(config) => Ok(config),
         Err(e) => {
-            eprintln!(
+            errln!(
                 "warning: {e:#}\nwarning: going on with settings from the environment and defaults only (this command does not route events; a running host keeps its last good config)"
             );
             Ok(Config::environment_only()?)
@@ -554,22 +556,24 @@ fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let span_export = span_export::init();
+    let span_export = span_export::init(log_output::LogOutput::install_stderr());
     let cli = Cli::parse();
     let ran = run(cli).await;
     if let Some(span_export) = span_export {
         span_export.shutdown().await;
     }
-    match ran {
+    let code = match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<ExitStatus>() {
             Some(ExitStatus(code)) => std::process::ExitCode::from(*code),
             None => {
-                eprintln!("error: {e:#}");
+                errln!("error: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         },
-    }
+    };
+    log_output::flush_at_exit(log_output::FLUSH_AT_EXIT);
+    code
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -710,7 +714,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rules = publish::PublishRules::from_config(&config)?;
             rules.validate(&event)?;
             if let Some(warning) = ops::no_route_warning(&config, &event.event_type) {
-                eprintln!("warning: {warning}");
+                errln!("warning: {warning}");
             }
             let pool = store::connect(&config.settings.database_url, 1).await?;
             store::migrate(&pool).await?;
@@ -729,7 +733,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 out!("{}", published.id);
                 if !published.inserted {
-                    eprintln!(
+                    errln!(
                         "event {} already existed under dispatch key {}: nothing new was written",
                         published.id,
                         dispatch_key.as_deref().unwrap_or_default()
@@ -819,7 +823,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         }
                         Ok(_) => {}
                         Err(e) => {
-                            eprintln!("error: {e:#}");
+                            errln!("error: {e:#}");
                             return Err(ExitStatus(2).into());
                         }
                     }
@@ -844,12 +848,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         .map(|(group, _)| group.as_str())
                         .collect();
                     if groups.is_empty() && !routes.queue_groups.is_empty() {
-                        eprintln!(
+                        errln!(
                             "warning: {queue} is bound to handler {handler} but no queue group lists it: only hosts run without --queue-group consume it"
                         );
                     }
                     if let Some(max_len) = routes.max_len_of(queue) {
-                        eprintln!(
+                        errln!(
                             "warning: {queue} is bound to handler {handler} and has max_len = {max_len}: entries beyond it are dropped even when the handler has not run them yet (counted in outbox stats)"
                         );
                     }
@@ -866,16 +870,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 publish::validate_event_type(&event_type)?;
                 let config = load_config(&cli.config)?;
                 let live = outbox_host::live_config::LiveConfig::start(&config).await?;
-                let router = live.router.current();
-                let routes = config.routes.clone();
-                let explanation = blocking(move || {
-                    Ok(ops::explain_route(
-                        router.as_ref().as_ref(),
-                        &routes,
-                        &event_type,
-                    ))
-                })
-                .await?;
+                let explanation =
+                    ops::explain_route(live.router.current(), &config.routes, &event_type).await;
                 if json {
                     out!("{}", serde_json::to_string(&explanation)?);
                 } else {
@@ -1023,26 +1019,43 @@ fn abbreviate(text: &str) -> String {
     }
 }
 
+/// Cancel `token` at the first SIGINT or SIGTERM: the host stops in order within its grace
+/// period. The token is cancelled before anything is logged, so shutdown never waits on a log
+/// line. A second signal stops the process at once (what is still claimed is taken over when
+/// its lease expires).
 async fn cancel_on_signal(token: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    token.cancel();
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutdown requested; finishing in-flight work");
+    let mut term = None::<()>;
+    shutdown_signal(&mut term).await;
     token.cancel();
+    tracing::info!("shutdown requested; finishing in-flight work (a second signal stops at once)");
+    shutdown_signal(&mut term).await;
+    errln!("error: second shutdown signal: stopping now without finishing in-flight work");
+    log_output::flush_at_exit(std::time::Duration::from_millis(200));
+    std::process::exit(1);
+}
+
+/// The next SIGINT, or SIGTERM when it could be listened to.
+#[cfg(unix)]
+async fn shutdown_signal(term: &mut Option<tokio::signal::unix::Signal>) {
+    let terminate = async {
+        match term {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
+/// The next Ctrl-C.
+#[cfg(not(unix))]
+async fn shutdown_signal(_: &mut Option<()>) {
+    let _ = tokio::signal::ctrl_c().await;
 }

@@ -2,7 +2,7 @@
 //! head`) ends the command quietly instead of panicking with "failed printing to stdout".
 //!
 //! Owns the [`out!`] macro every command prints its results with. It never writes logs or
-//! errors (those go to stderr through `tracing` and `eprintln!`).
+//! errors (those go to stderr through `tracing` and `errln!`, see [`crate::log_output`]).
 
 use std::io::{self, Write};
 
@@ -27,9 +27,11 @@ pub fn write_line(line: std::fmt::Arguments<'_>) {
         .and_then(|()| stdout.flush());
     if let Err(e) = written {
         if e.kind() == io::ErrorKind::BrokenPipe {
+            crate::log_output::flush_at_exit(crate::log_output::FLUSH_AT_EXIT);
             std::process::exit(0);
         }
-        eprintln!("error: cannot write to stdout: {e}");
+        crate::log_output::write_line(format_args!("error: cannot write to stdout: {e}"));
+        crate::log_output::flush_at_exit(crate::log_output::FLUSH_AT_EXIT);
         std::process::exit(1);
     }
 }

@@ -1,7 +1,9 @@
 //! Span export: the log output on stderr, and the host's spans sent over OTLP (HTTP, protobuf)
 //! when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set.
 //!
-//! Owns the process's `tracing` subscriber. Without an endpoint it is the log output alone, as
+//! Owns the process's `tracing` subscriber. Log lines are written through
+//! [`LogOutput`](crate::log_output::LogOutput), never straight to stderr, so a closed or full
+//! stderr neither panics nor blocks the host. Without an endpoint it is the log output alone, as
 //! before: the host's spans are at debug level, so the log filter disables them and they cost
 //! nothing. With one, a `tracing-opentelemetry` layer gets the host's spans (`outbox_host` at
 //! debug level and above) and its info, warn and error events, through a batch span processor
@@ -17,6 +19,8 @@ use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
+
+use crate::log_output::LogOutput;
 
 /// The variables that turn export on.
 const ENDPOINT_VARS: [&str; 2] = [
@@ -39,14 +43,14 @@ impl SpanExport {
         let provider = self.provider;
         let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
         if let Ok(Err(e)) = done {
-            eprintln!("warning: exporting the last spans failed: {e}");
+            errln!("warning: exporting the last spans failed: {e}");
         }
     }
 }
 
-/// Install the subscriber: logs on stderr (`RUST_LOG`, default `info,sqlx=warn`), plus span
+/// Install the subscriber: logs into `logs` (`RUST_LOG`, default `info,sqlx=warn`), plus span
 /// export when an OTLP endpoint is set (`Some` then: shut it down before exiting).
-pub fn init() -> Option<SpanExport> {
+pub fn init(logs: LogOutput) -> Option<SpanExport> {
     let log_filter = || {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| "info,sqlx=warn".into())
@@ -55,20 +59,20 @@ pub fn init() -> Option<SpanExport> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let provider = endpoint_set().then(provider).and_then(|built| {
         built
-            .inspect_err(|e| eprintln!("warning: spans are not exported: {e}"))
+            .inspect_err(|e| errln!("warning: spans are not exported: {e}"))
             .ok()
     });
     let Some(provider) = provider else {
         tracing_subscriber::fmt()
             .with_ansi(ansi)
             .with_env_filter(log_filter())
-            .with_writer(std::io::stderr)
+            .with_writer(logs)
             .init();
         return None;
     };
     let logs = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
-        .with_writer(std::io::stderr)
+        .with_writer(logs)
         .with_filter(log_filter());
     let spans = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("outbox"))

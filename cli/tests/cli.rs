@@ -9,6 +9,8 @@ use outbox_host::store::Role;
 use sqlx::PgPool;
 
 mod cli {
+    mod demo;
+    mod host_process;
     mod otlp;
     mod plugins_call;
     mod queues;

@@ -36,6 +36,9 @@ pub enum HostError {
     /// The contracts folder could not be loaded.
     #[error(transparent)]
     Contracts(#[from] crate::contracts::ContractError),
+    /// The HTTP endpoint (console, metrics, health) could not listen on its address.
+    #[error(transparent)]
+    Http(#[from] crate::http::BindError),
     /// Shutdown was requested before the host finished starting.
     #[error("shutdown requested while starting")]
     ShutdownDuringStart,
@@ -116,6 +119,11 @@ impl HostBuilder {
             tracing::warn!("{warning}");
         }
         let settings = Arc::new(config.settings.clone());
+        // Bound first: a port another process holds stops the host before it does any work.
+        let listener = match settings.http_addr.as_str() {
+            "" => None,
+            addr => Some(crate::http::bind(addr).await?),
+        };
         let shutdown = self.shutdown.unwrap_or_default();
         let pool = match self.pool {
             Some(pool) => pool,
@@ -223,7 +231,7 @@ impl HostBuilder {
             firing,
             shutdown.clone(),
         ));
-        if !settings.http_addr.is_empty() {
+        if let Some(listener) = listener {
             let console = crate::console::Console::new(
                 pool.clone(),
                 settings.clone(),
@@ -231,6 +239,7 @@ impl HostBuilder {
                 worker_id.clone(),
             );
             tasks.spawn(crate::http::serve(
+                listener,
                 settings.http_addr.clone(),
                 pool.clone(),
                 settings.redis_url.clone(),

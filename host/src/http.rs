@@ -1,8 +1,10 @@
 //! HTTP: the operator endpoint — Prometheus metrics, liveness and readiness, and the web console.
 //!
 //! Owns the listener and `/metrics`, `/healthz` and `/readyz`, which only read; the console's
-//! pages under `/console` are [`crate::console`]'s. A port that cannot be bound is logged and
-//! the host goes on without the endpoint. Bound anywhere but loopback it warns: the console
+//! pages under `/console` are [`crate::console`]'s. An address that cannot be bound (another
+//! process holds the port) stops the host at start with a [`BindError`] naming it: a host never
+//! runs without the endpoint unless `OUTBOX_HTTP_ADDR` is empty on purpose. Bound anywhere but
+//! loopback it warns: the console
 //! signs in with tokens and sets a session cookie, which must not cross a network in clear.
 //! Every path but `/healthz` and `/readyz` answers only the allowed `Host`s
 //! ([`crate::allowed_hosts`]), and the console sees each request's client address (its sign-in
@@ -320,8 +322,31 @@ struct Probe {
     redis: Option<crate::redis_conn::RedisTarget>,
 }
 
-/// Serve the endpoint (and `console`, if given) on `addr` until shutdown.
+/// The HTTP endpoint's address could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serve the console, /metrics, /healthz and /readyz on OUTBOX_HTTP_ADDR={addr}: {error} (if another process holds the port, stop it or choose another address; OUTBOX_HTTP_ADDR set to the empty string runs without the endpoint)")]
+pub struct BindError {
+    /// The address, as configured.
+    pub addr: String,
+    /// Why it could not be bound (part of the message, so not a separate source).
+    pub error: std::io::Error,
+}
+
+/// Bind the endpoint's listener on `addr` (before the host starts its work, so a taken port
+/// stops it at once).
+pub async fn bind(addr: &str) -> Result<tokio::net::TcpListener, BindError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| BindError {
+            addr: addr.to_string(),
+            error,
+        })
+}
+
+/// Serve the endpoint (and `console`, if given) on `listener`, bound by [`bind`] to `addr`,
+/// until shutdown.
 pub async fn serve(
+    listener: tokio::net::TcpListener,
     addr: String,
     pool: PgPool,
     redis_url: String,
@@ -338,13 +363,6 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(probe);
-    let listener = match tokio::net::TcpListener::bind(&addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(%addr, error = %e, "metrics endpoint not started");
-            return;
-        }
-    };
     let allowed = match (&console, listener.local_addr()) {
         (Some(console), Ok(local)) => console.allowed_hosts(local),
         (None, Ok(local)) => crate::allowed_hosts::AllowedHosts::new(local, "", &[]),

@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use crate::config::Settings;
 use crate::queue::QueueKeys;
 use crate::receive::{DeadLetter, DeadLetters, ReceiveError};
-use crate::routing::{route_one, RouteDecision, RouterHandle};
+use crate::routing::{route_one_on_blocking_thread, RouteDecision, RouterHandle};
 use crate::store::{
     self, ClaimedEvent, HistoryEntry, StoreError, TracedDelivery, TracedEvent, TracedReceipt,
 };
@@ -198,11 +198,7 @@ impl Tracer {
             created_at: event.created_at,
             recovered_lease: false,
         };
-        let router = self.router.current();
-        // A router plugin runs WebAssembly: on a blocking thread.
-        let decision = tokio::task::spawn_blocking(move || route_one(&**router, &claimed))
-            .await
-            .unwrap_or_else(|e| RouteDecision::Error(format!("routing task failed: {e}")));
+        let decision = route_one_on_blocking_thread(self.router.current(), claimed).await;
         let queues = match decision {
             RouteDecision::Queues(queues) => queues,
             RouteDecision::NoRoute(why) => {

@@ -3,6 +3,7 @@
 //! Each guarantee has a test named after it.
 
 mod alerts;
+mod async_plugin_calls;
 mod blips;
 mod bullmq;
 mod capabilities;

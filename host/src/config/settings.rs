@@ -534,19 +534,27 @@ macro_rules! declare_settings {
                     $(
                         {
                             let value = <$kind as SettingKind>::show(&self.$field);
-                            // The value as written, before the setting's clamp (if any).
-                            let written = resolve_one::<$kind>(
+                            // The value as written, when the setting's clamp changed it. Only
+                            // the clamp counts: a value the program set itself after resolving
+                            // (the demo's interval) was never written out of range.
+                            let clamped_from = resolve_one::<$kind>(
                                 env,
                                 $env,
                                 file.$key.as_ref().map(|raw| (stringify!($key), raw)),
                                 $default,
                             )
                             .ok()
-                            .map(|v| <$kind as SettingKind>::show(&v));
+                            .and_then(|written| {
+                                let shown = <$kind as SettingKind>::show(&written);
+                                let clamped = <$kind as SettingKind>::show(
+                                    &declare_settings!(@adjust written $(, $adjust)?),
+                                );
+                                (clamped != shown).then_some(shown)
+                            });
                             ShownSetting {
                                 env: $env,
                                 file_key: Some(stringify!($key)),
-                                clamped_from: written.filter(|w| *w != value),
+                                clamped_from,
                                 value,
                                 source: source_of::<$kind>(env, $env, file.$key.is_some()),
                             }
@@ -924,6 +932,46 @@ mod tests {
                 .iter()
                 .all(|s| s.clamped_from.is_none()),
             "defaults are never clamped"
+        );
+    }
+
+    #[test]
+    fn values_the_program_sets_after_resolving_are_not_warned_about_but_an_operators_are() {
+        // The demo resolves the operator's settings, then chooses some values itself.
+        let file = FileSettings::default();
+        let mut chosen = Settings::resolve_with(&file, env_of(&[])).unwrap();
+        chosen.dispatch_interval = Duration::from_millis(200);
+        chosen.redis_prefix = "outbox-demo:".into();
+        chosen.http_addr = String::new();
+        let shown = chosen.describe_with(&file, env_of(&[]));
+        let warnings: Vec<String> = shown
+            .iter()
+            .filter_map(ShownSetting::clamp_warning)
+            .collect();
+        assert_eq!(warnings, Vec::<String>::new());
+        assert_eq!(
+            shown
+                .iter()
+                .find(|s| s.env == "OUTBOX_DISPATCH_INTERVAL_MS")
+                .map(|s| s.value.as_str()),
+            Some("200"),
+            "the value in force is shown"
+        );
+
+        // The same program on top of an operator's out-of-range value still warns about it.
+        let env = env_of(&[("OUTBOX_DISPATCH_BATCH_SIZE", "0")]);
+        let mut chosen = Settings::resolve_with(&file, &env).unwrap();
+        chosen.dispatch_interval = Duration::from_millis(200);
+        let warnings: Vec<String> = chosen
+            .describe_with(&file, &env)
+            .iter()
+            .filter_map(ShownSetting::clamp_warning)
+            .collect();
+        assert_eq!(
+            warnings,
+            vec![
+                "OUTBOX_DISPATCH_BATCH_SIZE=0 (from the env) is out of range: using 1".to_string()
+            ]
         );
     }
 

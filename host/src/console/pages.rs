@@ -533,10 +533,11 @@ pub async fn plugins(
     let routes = live.routes.load_full();
     let plugins = live.registry.list();
     let history = live.reload_history();
-    let asked = params.get("type").map(|t| {
-        let router = live.router.current();
-        explain_route(&**router, &routes, t)
-    });
+    // The router may be a plugin: explain_route runs it on a blocking thread, never here.
+    let asked = match params.get("type") {
+        Some(t) => Some(explain_route(live.router.current(), &routes, t).await),
+        None => None,
+    };
     let body = html! {
         p.hint { "Plugins and reloads of host " (console.inner.worker_id) "." }
         @if let Some(waiting) = live.pending_reload() { p.warning #pending-reload { (waiting) } }

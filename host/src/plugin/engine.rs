@@ -784,18 +784,29 @@ fn report_dropped_logs(plugin: &str, log: &LogBudget) {
     }
 }
 
-/// Drive a plugin call's future to completion on the current thread, which must be a blocking
-/// thread (`spawn_blocking`, or a thread outside any runtime), never an async executor thread:
-/// the guest runs on this thread. Inside a tokio runtime it uses the runtime's timers and I/O
-/// (the receiver's Redis and database connections); outside one, a small runtime of the engine.
+/// Drive a plugin call's future to completion on the current thread, which should be a
+/// blocking thread (`spawn_blocking`, or a thread outside any runtime): the guest runs on this
+/// thread. Inside a tokio runtime it uses the runtime's timers and I/O (the receiver's Redis and
+/// database connections); outside one, a small runtime of the engine.
+///
+/// Called by mistake from an async task of a multi-threaded runtime (as `outbox run` has), the
+/// call still runs: `block_in_place` first hands the worker's other tasks to another thread,
+/// so nothing panics and the executor keeps running. Async code should still not rely on it:
+/// it awaits [`LoadedPlugin::handle`](super::LoadedPlugin::handle), or routes with
+/// [`route_one_on_blocking_thread`](crate::routing::route_one_on_blocking_thread).
 ///
 /// # Panics
 ///
-/// When called from an async task (tokio refuses to block an executor thread); run the call in
-/// `tokio::task::spawn_blocking` instead.
+/// When called from an async task of a current-thread runtime (tokio can block no executor
+/// thread there); run the call in `tokio::task::spawn_blocking` instead.
 pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, PluginError> {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        return Ok(handle.block_on(future));
+        return Ok(match handle.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(future))
+            }
+            _ => handle.block_on(future),
+        });
     }
     static FALLBACK: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
         std::sync::OnceLock::new();

@@ -2,13 +2,15 @@
 //! and the console's "which queues for this type?" box.
 //!
 //! Owns only the explanation (the text line and the JSON are made from one value, so they agree).
-//! It routes an event of the type with an empty payload through the router in force and never
-//! touches the database or Redis.
+//! It routes an event of the type with an empty payload through the router in force, on a
+//! blocking thread, and never touches the database or Redis.
 
 use crate::config::{RoutesFile, SinkKind};
 use crate::store::ClaimedEvent;
 
-use super::{route_one, RouteDecider, RouteDecision, Router};
+use std::sync::Arc;
+
+use super::{route_one_on_blocking_thread, RouteDecider, RouteDecision, Router};
 
 /// Where one event type goes, for `outbox routes which` (the text line and `--json` are made
 /// from this one value, so they always agree).
@@ -88,15 +90,17 @@ impl std::fmt::Display for RouteExplanation {
 /// Explain where `event_type` goes under `router` (built by
 /// [`build_router`](super::build_router)): the queues and the table rule that picked
 /// them, or, for a router plugin, the plugin and what it answered for an event of that type with
-/// an empty payload.
-pub fn explain_route(
-    router: &dyn Router,
+/// an empty payload. The router runs on a blocking thread (a router plugin blocks its thread), so
+/// async code (the console, the CLI) awaits this directly.
+pub async fn explain_route(
+    router: Arc<Box<dyn Router>>,
     routes: &RoutesFile,
     event_type: &str,
 ) -> RouteExplanation {
     let event = ClaimedEvent::unclaimed(0, event_type, "{}");
-    let decision = route_one(router, &event);
-    let (decided_by, decider) = match router.decider(event_type) {
+    let decider = router.decider(event_type);
+    let decision = route_one_on_blocking_thread(router, event).await;
+    let (decided_by, decider) = match decider {
         RouteDecider::Rule(rule) => ("rule", Some(rule.prefix.clone())),
         RouteDecider::NoRule => ("none", None),
         RouteDecider::Router(name) => ("router", Some(name.to_string())),

@@ -41,9 +41,22 @@ pub fn build_router(registry: &Arc<PluginRegistry>, routes: &RoutesFile) -> Box<
     Box::new(PluginRouter::new(registry.clone(), routes))
 }
 
+/// [`route_one`] for async code: on a blocking thread (`spawn_blocking`), since a router plugin
+/// runs WebAssembly and blocks its thread until the call ends. The console, `outbox trace` and
+/// `outbox routes which` route through this, never through [`Router::route_batch`] directly.
+pub async fn route_one_on_blocking_thread(
+    router: Arc<Box<dyn Router>>,
+    event: ClaimedEvent,
+) -> RouteDecision {
+    tokio::task::spawn_blocking(move || route_one(router.as_ref().as_ref(), &event))
+        .await
+        .unwrap_or_else(|e| RouteDecision::Error(format!("routing task failed: {e}")))
+}
+
 /// Route one event alone: exactly one decision, whatever the router answers (a wrong count or a
 /// failed call becomes [`RouteDecision::Error`]). Used when a batch call failed and to explain one
-/// type to an operator.
+/// type to an operator. Blocks while a router plugin runs: async code calls
+/// [`route_one_on_blocking_thread`].
 pub fn route_one(router: &dyn Router, event: &ClaimedEvent) -> RouteDecision {
     match router.route_batch(std::slice::from_ref(event)) {
         Ok(mut decisions) if decisions.len() == 1 => decisions.remove(0),
@@ -128,13 +141,15 @@ pub struct RouterError {
 }
 
 /// Maps a batch of events to queue lists. Implemented by the native [`RouteTable`] and by the
-/// WebAssembly router plugin. Calls are synchronous and may be CPU-bound; the dispatcher runs
-/// them off the async executor.
+/// WebAssembly router plugin. Calls are synchronous and may be CPU-bound: they run on a blocking
+/// thread, never on an async worker (the dispatcher routes its batches in `spawn_blocking`;
+/// async code routing one event awaits [`route_one_on_blocking_thread`]).
 pub trait Router: Send + Sync {
     /// Short name for logs and errors (`native-table`, `prefix-router`, ...).
     fn name(&self) -> &str;
 
-    /// Route `events`, returning exactly one decision per event, in order.
+    /// Route `events`, returning exactly one decision per event, in order. May run a router
+    /// plugin: call it from a blocking thread.
     fn route_batch(&self, events: &[ClaimedEvent]) -> Result<Vec<RouteDecision>, RouterError>;
 
     /// What decides the route of `event_type` (for `outbox routes which`). By default the
