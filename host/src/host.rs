@@ -399,15 +399,8 @@ async fn retention_loop(
         if crate::reconnect::sleep_or_shutdown(Duration::from_secs(60), &shutdown).await {
             return;
         }
-        match store::purge_done_events(
-            &pool,
-            settings.done_retention,
-            settings.done_retention_batch_size,
-        )
-        .await
-        {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, "retention: deleted old done events"),
+        match store::purge_expired(&pool, &store::RetentionPolicy::from_settings(&settings)).await {
+            Ok(report) => record_retention(&report),
             Err(e) => tracing::warn!(error = %e, "retention failed"),
         }
         match store::status_counts(&pool).await {
@@ -433,5 +426,27 @@ async fn retention_loop(
             }
             Err(e) => tracing::warn!(error = %e, "ordering keys blocked by a retry: read failed"),
         }
+    }
+}
+
+/// Count and log what a retention pass deleted (`outbox_retention_deleted_total{kind}`).
+fn record_retention(report: &store::RetentionReport) {
+    for (kind, deleted) in report.by_kind() {
+        if deleted > 0 {
+            metrics::counter!("outbox_retention_deleted_total", "kind" => kind).increment(deleted);
+        }
+    }
+    if report.total() > 0 {
+        tracing::info!(
+            done_events = report.done_events,
+            failed_events = report.failed_events,
+            cancelled_events = report.cancelled_events,
+            receipts = report.receipts,
+            history = report.history,
+            "retention: deleted rows past their retention"
+        );
+    }
+    if report.yielded {
+        tracing::debug!("retention: another host is deleting; this pass stopped");
     }
 }

@@ -237,6 +237,16 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Entries max_len trimmed that a consumer group had read and not acknowledged, by queue and group.",
     ),
     (
+        "outbox_receipts_backlog_full",
+        MetricKind::Gauge,
+        "1 while a queue's receiver reads nothing new because the receipts stream is at OUTBOX_RECEIPTS_STREAM_MAX_LEN (the receipt writer is behind).",
+    ),
+    (
+        "outbox_receipts_backlog_holds_total",
+        MetricKind::Counter,
+        "Times a queue's receiver stopped reading because the receipts stream reached OUTBOX_RECEIPTS_STREAM_MAX_LEN (no receipt is dropped).",
+    ),
+    (
         "outbox_receipts_written_total",
         MetricKind::Counter,
         "Handler receipts written, by result.",
@@ -272,6 +282,16 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Entries recovered after a receiver restart.",
     ),
     (
+        "outbox_redis_trimmed_total",
+        MetricKind::Counter,
+        "Entries trimmed from a Redis structure at its cap, by queue and kind (dead_letter: the oldest dead letters beyond OUTBOX_DEAD_LETTER_MAX_LEN).",
+    ),
+    (
+        "outbox_retry_set_full_total",
+        MetricKind::Counter,
+        "Handler retries dead-lettered instead of scheduled because the queue's retry set held OUTBOX_RETRY_SET_MAX_LEN entries.",
+    ),
+    (
         "outbox_reload_errors_total",
         MetricKind::Counter,
         "Reloads rejected (the previous version keeps serving).",
@@ -280,6 +300,11 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "outbox_reloads_total",
         MetricKind::Counter,
         "Reloads applied, by what changed (routes, plugin or contracts).",
+    ),
+    (
+        "outbox_retention_deleted_total",
+        MetricKind::Counter,
+        "Rows retention deleted, by kind (done_events, failed_events, cancelled_events, receipts, history).",
     ),
     (
         "outbox_stale_claims_released_total",

@@ -31,4 +31,5 @@ mod receive_claims;
 mod redis_cluster;
 mod reload;
 mod repair;
+mod retention;
 mod trace_context;

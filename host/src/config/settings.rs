@@ -864,6 +864,59 @@ declare_settings! {
             kind: Text,
             default: String::new(),
         }
+        // Retention and caps: what the host keeps, and for how long or how many.
+        /// Age after which handler receipts (`outbox_receipt`) are deleted; the receipts of an
+        /// event that retention deletes go with it.
+        receipt_retention: Duration {
+            env: "OUTBOX_RECEIPT_RETENTION_HOURS",
+            file: receipt_retention_hours: u64,
+            kind: Hours,
+            default: 720,
+        }
+        /// Age after which `failed` and `cancelled` events are deleted (longer than `done`: an
+        /// operator may still requeue them).
+        failed_retention: Duration {
+            env: "OUTBOX_FAILED_RETENTION_HOURS",
+            file: failed_retention_hours: u64,
+            kind: Hours,
+            default: 2160,
+        }
+        /// Age after which rows of `outbox_event_history` are deleted (an event's rows also go
+        /// with the event).
+        history_retention: Duration {
+            env: "OUTBOX_HISTORY_RETENTION_HOURS",
+            file: history_retention_hours: u64,
+            kind: Hours,
+            default: 2160,
+        }
+        /// Receipts waiting in Redis for the receipt writer (PostgreSQL away or slow) at which
+        /// receivers stop reading new entries until it catches up; none is ever dropped (at
+        /// least 1).
+        receipts_stream_max_len: u64 {
+            env: "OUTBOX_RECEIPTS_STREAM_MAX_LEN",
+            file: receipts_stream_max_len: u64,
+            kind: Number<u64>,
+            default: 100_000,
+            adjust: |n: u64| n.max(1),
+        }
+        /// Entries a queue's dead-letter stream keeps; adding one more trims the oldest,
+        /// counted and logged (at least 1).
+        dead_letter_max_len: u64 {
+            env: "OUTBOX_DEAD_LETTER_MAX_LEN",
+            file: dead_letter_max_len: u64,
+            kind: Number<u64>,
+            default: 10_000,
+            adjust: |n: u64| n.max(1),
+        }
+        /// Entries a queue's retry set holds; a retry asked for while it is full goes to the
+        /// dead-letter stream instead, counted and logged (at least 1).
+        retry_set_max_len: u64 {
+            env: "OUTBOX_RETRY_SET_MAX_LEN",
+            file: retry_set_max_len: u64,
+            kind: Number<u64>,
+            default: 100_000,
+            adjust: |n: u64| n.max(1),
+        }
     }
 }
 

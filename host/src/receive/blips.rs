@@ -15,8 +15,9 @@ use super::{ctx, ReceiveError, Receivers, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::retry_blips;
 
-/// What [`Receivers::apply_outcome`] reports when a retry finds its earlier try applied.
-const APPLIED_BEFORE: i64 = 1;
+/// What [`Receivers::apply_outcome`] reports when a retry finds its earlier try applied: a
+/// recorded outcome (for the dead-letter script: nothing trimmed by this try).
+const APPLIED_BEFORE: i64 = 0;
 
 /// The `stage` label of the receivers' retries in `outbox_infra_retries_total`.
 pub(super) const STAGE: &str = "receiver_outcome";

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::controls::{Concurrency, Starts};
 use super::ordering::{KeyLanes, MAX_HELD_BACK};
+use super::receipts_backlog;
 use super::{ClaimAhead, QueueEntry, Receivers, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::Backoff;
@@ -178,6 +179,7 @@ impl Receivers {
         let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
         // Set by a failed read: recover this consumer's own pending entries before reading on.
         let mut recover = false;
+        let mut receipts_backlog = receipts_backlog::ReceiptsBacklog::default();
         while !stop.is_cancelled() {
             while handling.tasks.try_join_next().is_some() {}
             let paused = self.pauses.is_paused(&queue);
@@ -204,6 +206,17 @@ impl Receivers {
                 // Read nothing new; running handlers finish. Housekeeping still moves due
                 // retries into the stream, where they wait like every other entry.
                 self.pauses.changed_within(READ_BLOCK, &stop).await;
+                continue;
+            }
+            if self
+                .receipts_backlog_full(&queue, &mut receipts_backlog)
+                .await
+            {
+                // The same, until the receipt writer catches up (see `receipts_backlog`).
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(receipts_backlog::RECHECK_HELD) => {}
+                }
                 continue;
             }
             let released = handling.lanes.expired(Instant::now());

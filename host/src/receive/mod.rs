@@ -16,7 +16,8 @@
 //! `takeover`; on queues marked ordered, one entry of an ordering key at a time (a retried
 //! entry holding its key until it comes back) in `ordering`; receipts (appended to the
 //! receipts stream with each outcome, moved to
-//! PostgreSQL in batches by a writer) in `receipts`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
+//! PostgreSQL in batches by a writer) in `receipts`, reading held while that stream is full in
+//! `receipts_backlog`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
 //! these writes through infrastructure blips (a quick retry on a fresh connection, not a
 //! redelivery after the lease) in `blips`. Key names and entry fields come from
 //! [`crate::queue`].
@@ -49,6 +50,7 @@ mod invoke;
 mod ordering;
 mod outcomes;
 mod receipts;
+mod receipts_backlog;
 mod takeover;
 
 pub use outcomes::RESULT_SKIPPED_VERSION;

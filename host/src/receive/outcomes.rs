@@ -52,12 +52,17 @@ end
 return replies
 "#;
 
+/// What the retry script returns when the retry set is full (nothing changed).
+const RETRY_SET_FULL: i64 = -2;
+
 /// Schedule a retry: KEYS[1] marker, KEYS[2] stream, KEYS[3] retry set, KEYS[4] receipts
 /// stream; ARGV[1] owner's marker value, ARGV[2] group, ARGV[3] entry id, ARGV[4] due (ms),
-/// ARGV[5] entry as JSON, ARGV[6] receipt (empty: none). Returns `XACK`'s count, or -1
-/// (nothing changed) unless the marker holds ARGV[1].
+/// ARGV[5] entry as JSON, ARGV[6] receipt (empty: none), ARGV[7] the retry set's cap. Returns
+/// `XACK`'s count, or -1 (nothing changed) unless the marker holds ARGV[1], or -2 (nothing
+/// changed, [`RETRY_SET_FULL`]) when the retry set already holds ARGV[7] entries.
 const RETRY_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then return -2 end
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 redis.call('DEL', KEYS[1])
 if ARGV[6] ~= '' then redis.call('XADD', KEYS[4], '*', 'receipt', ARGV[6]) end
@@ -66,17 +71,22 @@ return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 
 /// Dead-letter: KEYS[1] marker, KEYS[2] stream, KEYS[3] dead-letter stream, KEYS[4] receipts
 /// stream; ARGV[1] owner's marker value (empty: the entry was never claimed, the marker is left
-/// alone), ARGV[2] group, ARGV[3] entry id, ARGV[4] receipt (empty: none), ARGV[5..] fields of
-/// the dead-letter entry. Returns `XACK`'s count, or -1 (nothing changed) unless the marker
-/// holds a non-empty ARGV[1].
+/// alone), ARGV[2] group, ARGV[3] entry id, ARGV[4] receipt (empty: none), ARGV[5] the
+/// dead-letter stream's cap, ARGV[6..] fields of the dead-letter entry. The stream is trimmed
+/// to the cap exactly (`MAXLEN =`: the oldest dead letters go). Returns how many were trimmed
+/// (the entry is acknowledged), or -1 (nothing changed) unless the marker holds a non-empty
+/// ARGV[1].
 const DEAD_LUA: &str = r#"
 if ARGV[1] ~= '' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
   redis.call('DEL', KEYS[1])
 end
-redis.call('XADD', KEYS[3], '*', unpack(ARGV, 5))
+local before = redis.call('XLEN', KEYS[3])
+redis.call('XADD', KEYS[3], 'MAXLEN', '=', ARGV[5], '*', unpack(ARGV, 6))
+local trimmed = before + 1 - redis.call('XLEN', KEYS[3])
 if ARGV[4] ~= '' then redis.call('XADD', KEYS[4], '*', 'receipt', ARGV[4]) end
-return redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+return trimmed
 "#;
 
 /// Renew a claim: KEYS[1] marker, KEYS[2] stream; ARGV[1] owner's marker value, ARGV[2] lease
@@ -588,10 +598,16 @@ impl Receivers {
             .arg(&entry.stream_id)
             .arg(due)
             .arg(json)
-            .arg(receipt_arg(run, "retry", Some(&reason)));
+            .arg(receipt_arg(run, "retry", Some(&reason)))
+            .arg(self.settings.retry_set_max_len);
         let r = self
             .apply_outcome(queue, &entry.stream_id, "schedule a retry", &invocation)
             .await;
+        if matches!(r, Ok(RETRY_SET_FULL)) {
+            return self
+                .dead_letter_for_full_retry_set(queue, claim, entry, attempt, reason, run)
+                .await;
+        }
         match r.map(Settled::from_reply) {
             Ok(Settled::LostClaim) => return self.lost_claim(queue, claim, "retry"),
             Ok(Settled::Recorded) => self.retries_due.note(queue, due),
@@ -633,7 +649,8 @@ impl Receivers {
             .arg(claim.map(Claim::marker_value).unwrap_or_default())
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
-            .arg(receipt_arg(run, "dead", Some(&reason)));
+            .arg(receipt_arg(run, "dead", Some(&reason)))
+            .arg(self.settings.dead_letter_max_len);
         let dead_at = chrono::Utc::now().to_rfc3339();
         for field in entry.dead_letter_fields(&reason, handler, queue, &dead_at) {
             invocation.arg(field);
@@ -641,17 +658,48 @@ impl Receivers {
         let r = self
             .apply_outcome(queue, &entry.stream_id, "dead-letter", &invocation)
             .await;
+        let trimmed = r.as_ref().ok().copied().filter(|n| *n > 0);
         match (r.map(Settled::from_reply), claim) {
             (Ok(Settled::LostClaim), Some(claim)) => {
                 return self.lost_claim(queue, claim, "dead-letter")
             }
-            (Ok(_), _) => {}
+            (Ok(_), _) => {
+                if let Some(trimmed) = trimmed {
+                    self.report_dead_letters_trimmed(queue, trimmed.unsigned_abs());
+                }
+            }
             (Err(e), _) => {
                 tracing::error!(%queue, error = %e, "could not dead-letter the entry; it will be redelivered");
             }
         }
         tracing::error!(%queue, handler, event_id = entry.event_id(), %reason, "entry dead-lettered");
         HandledAs::Dead(reason)
+    }
+
+    /// `claim`'s retry found `queue`'s retry set full (`OUTBOX_RETRY_SET_MAX_LEN`): the entry
+    /// goes to the dead-letter stream instead (replayable from there), counted and logged.
+    async fn dead_letter_for_full_retry_set(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        entry: &QueueEntry,
+        attempt: u32,
+        reason: String,
+        run: Option<&HandlerRun>,
+    ) -> HandledAs {
+        let cap = self.settings.retry_set_max_len;
+        metrics::counter!("outbox_retry_set_full_total", "queue" => queue.to_string()).increment(1);
+        tracing::error!(%queue, event_id = claim.event_id, handler = %claim.handler, attempt, max_len = cap, "the retry set is full (OUTBOX_RETRY_SET_MAX_LEN): the entry is dead-lettered instead of retried");
+        let reason = format!("retry set full ({cap} entries, OUTBOX_RETRY_SET_MAX_LEN): {reason}");
+        self.dead_letter(queue, &claim.handler, Some(claim), entry, reason, run)
+            .await
+    }
+
+    /// Count and log dead letters trimmed from `queue`'s dead-letter stream at its cap.
+    fn report_dead_letters_trimmed(&self, queue: &str, trimmed: u64) {
+        metrics::counter!("outbox_redis_trimmed_total", "queue" => queue.to_string(), "kind" => "dead_letter")
+            .increment(trimmed);
+        tracing::warn!(%queue, trimmed, max_len = self.settings.dead_letter_max_len, "the dead-letter stream is at its cap (OUTBOX_DEAD_LETTER_MAX_LEN): its oldest dead letters were trimmed and are gone");
     }
 
     /// The receiver lease in milliseconds.

@@ -3,7 +3,7 @@
 //! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease, and per-key ordering: an event with an
 //! ordering key waits while an earlier event of its key is pending or processing, see
 //! [`CLAIM_SQL`]), recording a batch's outcomes, releasing
-//! claims on shutdown and retention (heartbeats and stale hosts are in `hosts`); what operators and the demo read is in
+//! claims on shutdown (retention is in `retention`, heartbeats and stale hosts in `hosts`); what operators and the demo read is in
 //! [`operator`] (re-exported here). Every statement
 //! here is short and autocommitted (or one small transaction): the store never holds a row lock
 //! while the caller talks to Redis. Outcomes are only written while the caller still holds the
@@ -25,6 +25,7 @@ mod hosts;
 mod operator;
 mod queues;
 mod repair;
+mod retention;
 mod trace;
 
 pub use access::*;
@@ -35,6 +36,7 @@ pub use hosts::*;
 pub use operator::*;
 pub use queues::*;
 pub use repair::*;
+pub use retention::*;
 pub use trace::*;
 
 /// The migrations in `migrations/`, embedded in the binary.
@@ -566,40 +568,6 @@ pub async fn release_lost_claims(
     .await
     .context(format!("release lost claims of worker {worker_id}"))?
     .rows_affected())
-}
-
-/// Delete `done` rows processed more than `older_than` ago, `batch_size` rows per statement
-/// (`SKIP LOCKED`, so it never waits on a dispatcher). Returns how many rows went.
-pub async fn purge_done_events(
-    pool: &PgPool,
-    older_than: Duration,
-    batch_size: i64,
-) -> Result<u64, StoreError> {
-    let mut total = 0;
-    loop {
-        let deleted = sqlx::query(
-            r#"
-            DELETE FROM outbox_event
-            WHERE id IN (
-                SELECT id FROM outbox_event
-                WHERE status = 'done' AND processed_at < now() - make_interval(secs => $1)
-                ORDER BY processed_at
-                LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            )
-            "#,
-        )
-        .bind(older_than.as_secs_f64())
-        .bind(batch_size.clamp(1, 10_000))
-        .execute(pool)
-        .await
-        .context("purge_done_events")?
-        .rows_affected();
-        total += deleted;
-        if deleted < batch_size as u64 {
-            return Ok(total);
-        }
-    }
 }
 
 #[cfg(test)]
