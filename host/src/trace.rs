@@ -197,6 +197,7 @@ impl Tracer {
             attempts: event.attempts,
             created_at: event.created_at,
             recovered_lease: false,
+            generation: 0,
         };
         let router = self.router.current();
         // A router plugin runs WebAssembly: on a blocking thread.

@@ -5,11 +5,15 @@
 //! the job's hook in its `hooks` and be a handler; otherwise the job fails and is
 //! dead-lettered), building the hook event from what the host knows (the parent event id and
 //! tenant come from the job's own event, never from its payload), building the handler's host
-//! services, and calling the plugin off the async executor. It never touches the entry's Redis
-//! state: the caller records the outcome.
+//! services (with the generation the entry carries: a job's subscriber publishes one generation
+//! below the job), calling the plugin off the async executor, and turning a delivery whose child
+//! was refused for its generation into a dead letter whatever the handler answered (a retry
+//! would be refused again: the loop ends there). It never touches the entry's Redis state: the
+//! caller records the outcome.
 
 use std::time::Duration;
 
+use crate::capability::publish::ParentEvent;
 use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
     DelayedRetry, Delivery, Outcome,
 };
@@ -24,7 +28,7 @@ const INVOKE_PREFIX: &str = "plugin.invoke.";
 /// Type prefix of hook events: `plugin.hook.<hook>`.
 const HOOK_PREFIX: &str = "plugin.hook.";
 /// Dispatch key prefix of the events a handler publishes (see
-/// [`crate::capability::publish::child_dispatch_key`]: `child:<parent id>:<handler>:<index>`).
+/// [`crate::capability::publish::child_dispatch_key`]: `child:<parent id>:<run key>:<index>`).
 const CHILD_KEY_PREFIX: &str = "child:";
 
 /// The longest delay a handler may ask for with `retry-after`; a longer one is cut to it (and
@@ -139,10 +143,13 @@ impl Receivers {
                 receipt,
             );
         };
+        // The generation is the entry's (for a job: the job's, one below its subscriber's
+        // children), as the host stored it.
+        let parent = ParentEvent::from(&event).with_generation(entry.generation());
         let services = self
             .handler_host
-            .services(plugin.clone(), event.clone(), &plugin_name);
-        let published = services.published_ids_handle();
+            .services(plugin.clone(), parent, &plugin_name, queue);
+        let published = services.published_handle();
         let delivery = Delivery {
             event,
             queue: queue.to_string(),
@@ -157,6 +164,12 @@ impl Receivers {
             .await;
         let published = published.lock().map(|p| p.clone()).unwrap_or_default();
         let event_id = delivery.event.id;
+        if let Some(refused) = published.generation_refused {
+            // Whatever the handler answered: the child it meant to publish was not written, and
+            // would be refused again on every retry.
+            tracing::warn!(%queue, event_id, handler = %plugin_name, reason = %refused, "a child was refused for its generation; dead-lettering the delivery");
+            return (Err(HandlerFailure::Fail(refused)), published.ids, receipt);
+        }
         let outcome = match called {
             Ok(Outcome::Ok) => Ok(()),
             Ok(Outcome::Retry(reason)) => Err(HandlerFailure::retry(reason)),
@@ -172,7 +185,7 @@ impl Receivers {
             // failure, up to the configured retries.
             Err(e) => Err(HandlerFailure::retry(e.to_string())),
         };
-        (outcome, published, receipt)
+        (outcome, published.ids, receipt)
     }
 }
 
