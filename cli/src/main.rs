@@ -858,6 +858,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         );
                     }
                 }
+                let feedback = outbox_host::routing::feedback_loops(&routes);
+                for feedback_loop in &feedback.loops {
+                    eprintln!(
+                        "warning: feedback loop: {feedback_loop}; the host stops such a chain at generation {} (OUTBOX_MAX_EVENT_GENERATION) with a dead letter",
+                        settings.max_event_generation
+                    );
+                }
+                for unanalysed in &feedback.unanalysed {
+                    eprintln!("note: {unanalysed}");
+                }
                 out!(
                     "{}: ok ({} routes, {} queue groups, {} plugins)",
                     path.display(),

@@ -1518,3 +1518,69 @@ async fn cli_release_gives_back_a_dead_hosts_claims_and_stats_flags_it(pool: PgP
     .unwrap();
     assert_eq!(audit, ("ada".into(), "release".into(), 3));
 }
+
+#[test]
+fn routes_check_warns_about_handlers_whose_children_come_back_to_their_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let routes = dir.path().join("routes.toml");
+    // `looper` feeds its own queue; `ping` and `pong` feed each other's; `mailer` feeds nobody.
+    std::fs::write(
+        &routes,
+        r#"
+[routes]
+"loop." = "outbox.loop"
+"ping." = "outbox.ping"
+"pong." = "outbox.pong"
+"mail." = "outbox.mail"
+"audit." = "outbox.audit"
+
+[router]
+plugin = "native"
+
+[handlers]
+"outbox.loop" = "looper"
+"outbox.ping" = "ping"
+"outbox.pong" = "pong"
+"outbox.mail" = "mailer"
+
+[plugins.capability-policy]
+
+[plugins.looper]
+file = "test/feedback-loop.wasm"
+grants = { publish = ["loop."] }
+
+[plugins.ping]
+file = "test/feedback-loop.wasm"
+grants = { publish = ["pong.reply"] }
+
+[plugins.pong]
+file = "test/feedback-loop.wasm"
+grants = { publish = ["ping."] }
+
+[plugins.mailer]
+file = "test/echo-handler.wasm"
+grants = { publish = ["audit."] }
+"#,
+    )
+    .unwrap();
+    let out = outbox(
+        "postgres://unused",
+        &["routes", "check", routes.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", cli_error(&out));
+    let (_, stderr) = text(&out);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("feedback loop"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert_eq!(
+        warnings[0],
+        "warning: feedback loop: handler looper of outbox.loop may publish loop.example (grant \"loop.\"), which routes back to outbox.loop; the host stops such a chain at generation 8 (OUTBOX_MAX_EVENT_GENERATION) with a dead letter"
+    );
+    assert_eq!(
+        warnings[1],
+        "warning: feedback loop: outbox.ping (handler ping) publishes pong.reply (grant \"pong.reply\") -> outbox.pong (handler pong) publishes ping.example (grant \"ping.\") -> outbox.ping; the host stops such a chain at generation 8 (OUTBOX_MAX_EVENT_GENERATION) with a dead letter"
+    );
+    assert!(!stderr.contains("outbox.mail"), "{stderr}");
+}

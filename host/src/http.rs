@@ -187,6 +187,11 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Plugin calls cut at their time limit, by plugin.",
     ),
     (
+        "outbox_publish_generation_refused_total",
+        MetricKind::Counter,
+        "Handler publishes refused past OUTBOX_MAX_EVENT_GENERATION (each dead-letters its delivery), by plugin.",
+    ),
+    (
         "outbox_queue_lag_entries",
         MetricKind::Gauge,
         "Entries of each stream queue not delivered to a receiver yet (alerting host only).",

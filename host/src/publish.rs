@@ -13,7 +13,9 @@
 //! id only when type, tenant and payload match, and is a [`PublishError::DispatchKeyConflict`]
 //! otherwise), the key rules ([`validate_key`]) and the prefixes reserved for the host's own
 //! events ([`RESERVED_DISPATCH_KEY_PREFIXES`]). It never lets a producer use a reserved prefix:
-//! only the host's own publish paths (`capability::publish`, denial events) may.
+//! only the host's own publish paths (`capability::publish`, denial events) may. Nor can a
+//! producer set an event's generation: [`NewEvent`] has none, and what a producer publishes is
+//! generation 0; only the host's child path stores a deeper one.
 
 use sqlx::{Postgres, Transaction};
 
@@ -341,17 +343,20 @@ pub async fn publish_with_limit(
     event: NewEvent,
     max_payload_bytes: usize,
 ) -> Result<i64, PublishError> {
-    publish_as(tx, event, max_payload_bytes, Publisher::Producer).await
+    publish_as(tx, event, max_payload_bytes, Publisher::Producer, 0).await
 }
 
-/// [`publish_with_limit`] for `publisher` (the host's own paths pass [`Publisher::Host`]).
+/// [`publish_with_limit`] for `publisher` (the host's own paths pass [`Publisher::Host`]), of
+/// generation `generation`. Only the host's child path passes one above 0 (a handler's child:
+/// its parent's + 1, see `capability::publish`); what a producer publishes is generation 0.
 pub(crate) async fn publish_as(
     tx: &mut Transaction<'_, Postgres>,
     event: NewEvent,
     max_payload_bytes: usize,
     publisher: Publisher,
+    generation: i32,
 ) -> Result<i64, PublishError> {
-    publish_reported_as(tx, event, max_payload_bytes, publisher)
+    publish_reported_as(tx, event, max_payload_bytes, publisher, generation)
         .await
         .map(|p| p.id)
 }
@@ -411,7 +416,7 @@ pub async fn publish_checked(
     rules: &PublishRules,
 ) -> Result<Published, PublishError> {
     rules.validate(&event)?;
-    publish_reported_as(tx, event, rules.max_payload_bytes, Publisher::Producer).await
+    publish_reported_as(tx, event, rules.max_payload_bytes, Publisher::Producer, 0).await
 }
 
 /// [`publish_with_limit`], saying whether the event was written or its dispatch key already
@@ -421,7 +426,7 @@ pub async fn publish_reporting(
     event: NewEvent,
     max_payload_bytes: usize,
 ) -> Result<Published, PublishError> {
-    publish_reported_as(tx, event, max_payload_bytes, Publisher::Producer).await
+    publish_reported_as(tx, event, max_payload_bytes, Publisher::Producer, 0).await
 }
 
 async fn publish_reported_as(
@@ -429,6 +434,7 @@ async fn publish_reported_as(
     mut event: NewEvent,
     max_payload_bytes: usize,
     publisher: Publisher,
+    generation: i32,
 ) -> Result<Published, PublishError> {
     validate_as(&event, max_payload_bytes, publisher)?;
     crate::trace_context::add_current_span(&mut event.headers);
@@ -440,8 +446,8 @@ async fn publish_reported_as(
         r#"
         INSERT INTO outbox_event
             (event_type, payload, tenant_id, dispatch_key, headers, ordering_key, event_version,
-             available_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, greatest(coalesce($8, now()), now()))
+             available_at, generation)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, greatest(coalesce($8, now()), now()), $9)
         ON CONFLICT (dispatch_key) DO NOTHING
         RETURNING id
         "#,
@@ -454,6 +460,7 @@ async fn publish_reported_as(
     .bind(&event.ordering_key)
     .bind(event.event_version)
     .bind(event.available_at)
+    .bind(generation)
     .fetch_optional(&mut **tx)
     .await
     .map_err(db_err)?;

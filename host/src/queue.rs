@@ -70,6 +70,9 @@ pub mod field {
     /// The event's ordering key; written only for events that have one (absent: unordered).
     /// Receivers of a queue marked `ordered` run one entry of a key at a time.
     pub const ORDERING_KEY: &str = "ordering_key";
+    /// The event's generation (decimal; see `capability::publish`); written only for events a
+    /// handler published (absent, as on every entry written before it existed: 0).
+    pub const GENERATION: &str = "generation";
     /// Handler attempt of a redelivered entry (absent: 1).
     pub const HANDLER_ATTEMPT: &str = "handler_attempt";
     /// The error of the previous handler attempt (retries only).
@@ -350,7 +353,8 @@ pub struct QueueEntry {
 
 impl QueueEntry {
     /// The fields the sink writes for `event` (in this order), values as Redis receives them;
-    /// `ordering_key` last, and only when the event has one.
+    /// then `ordering_key`, only when the event has one, and `generation`, only when it is
+    /// above 0.
     pub fn encode(event: &ClaimedEvent) -> Vec<(&'static str, String)> {
         let mut fields = vec![
             (field::EVENT_ID, event.id.to_string()),
@@ -376,6 +380,9 @@ impl QueueEntry {
         ];
         if let Some(key) = &event.ordering_key {
             fields.push((field::ORDERING_KEY, key.clone()));
+        }
+        if event.generation > 0 {
+            fields.push((field::GENERATION, event.generation.to_string()));
         }
         fields
     }
@@ -464,6 +471,15 @@ impl QueueEntry {
     /// The ordering key, unless absent or empty (an entry without one is unordered).
     pub fn ordering_key(&self) -> Option<&str> {
         self.non_empty(field::ORDERING_KEY)
+    }
+
+    /// The event's generation: 0 when absent (a producer's event, or an entry written before
+    /// the field existed), unreadable or negative.
+    pub fn generation(&self) -> i32 {
+        self.get(field::GENERATION)
+            .and_then(|g| g.parse::<i32>().ok())
+            .unwrap_or(0)
+            .max(0)
     }
 
     /// When the event was published, as written (empty when absent).
@@ -733,6 +749,31 @@ mod tests {
         // A retry keeps the key.
         let retried = QueueEntry::from_flat("2-0", &read_back(&fields).retry_fields(1, "boom"));
         assert_eq!(retried.ordering_key(), Some("account-9"));
+    }
+
+    #[test]
+    fn the_generation_is_written_only_above_zero_and_reads_as_zero_when_absent() {
+        let mut child = event();
+        child.generation = 3;
+        let fields = QueueEntry::encode(&child);
+        assert_eq!(fields.last(), Some(&(field::GENERATION, "3".to_string())));
+        let entry = read_back(&fields);
+        assert_eq!(entry.generation(), 3);
+        // A retry, a dead letter and its replay keep it.
+        let retried = QueueEntry::from_flat("2-0", &entry.retry_fields(1, "boom"));
+        assert_eq!(retried.generation(), 3);
+        let dead = QueueEntry::from_flat("3-0", &retried.dead_letter_fields("e", "h", "q", "t"));
+        let map: HashMap<String, String> = dead.fields.iter().cloned().collect();
+        let replayed = QueueEntry::replay_fields(&map, "3-0");
+        assert!(replayed.contains(&(field::GENERATION.to_string(), "3".to_string())));
+        // A producer's event (and every entry written before the field existed) has none.
+        let root = QueueEntry::encode(&event());
+        assert!(root.iter().all(|(name, _)| *name != field::GENERATION));
+        assert_eq!(read_back(&root).generation(), 0);
+        for junk in ["", "x", "-4"] {
+            let entry = QueueEntry::from_flat("1-0", &["generation".into(), junk.into()]);
+            assert_eq!(entry.generation(), 0, "{junk:?}");
+        }
     }
 
     #[test]

@@ -197,6 +197,7 @@ impl Tracer {
             attempts: event.attempts,
             created_at: event.created_at,
             recovered_lease: false,
+            generation: 0,
         };
         let decision = route_one_on_blocking_thread(self.router.current(), claimed).await;
         let queues = match decision {

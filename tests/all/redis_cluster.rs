@@ -16,8 +16,8 @@ use redis::AsyncCommands;
 use serde_json::json;
 use sqlx::PgPool;
 
-/// One cluster test at a time.
-static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// One cluster test at a time (the cluster tests of other modules take it too).
+pub(crate) static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const PLUGINS: &[&str] = &["capability-policy", "test/start-probe", "test/retry-probe"];
 

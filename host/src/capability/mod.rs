@@ -10,7 +10,8 @@
 //! - [`offline`]: the same services for `outbox plugins call`, served from memory (kv),
 //!   recorded (publish) and answered by fixtures (http), after the same checks and policy;
 //! - the per-process `HandlerHost` (what every delivery shares: policy, database pool, Redis,
-//!   key prefix, HTTP clients, payload limit, denial-event limiter, kv scripts) and the
+//!   key prefix and layout, HTTP clients, payload and generation limits, denial-event limiter,
+//!   kv scripts) and the
 //!   per-delivery `ReceiverServices`, the receiver's implementation of [`HandlerServices`], a
 //!   thin dispatcher to the modules above.
 //!
@@ -21,7 +22,8 @@
 //!   `policy::DENIAL_REPORT_WINDOW`, carrying the count of those suppressed);
 //! - keeps anything a guest hands over without a bound (key and value sizes, a kv key quota per
 //!   plugin, children per delivery, response sizes, policy targets and reasons);
-//! - lets a plugin reach outside its own key namespace, or pick its children's dispatch keys;
+//! - lets a plugin reach outside its own key namespace, or pick its children's dispatch keys or
+//!   generations;
 //! - shows a signing secret to a plugin or writes it to a log;
 //! - blocks the async executor: the services are futures awaited inside the wasm call's future,
 //!   under the call's time limit (a host call still running at the call's deadline is dropped
@@ -49,7 +51,7 @@ pub mod publish;
 pub mod signing;
 
 pub use policy::{CapabilityPolicy, DENIED_EVENT_TYPE, DENY_ALL};
-use publish::ParentEvent;
+use publish::{ChildRules, ParentEvent, PublishedChildren};
 
 /// What every delivery of one receiver process shares: built once (by `Receivers::new`), then
 /// [`services`](Self::services) makes the host services of each delivery.
@@ -60,6 +62,8 @@ pub(crate) struct HandlerHost {
     keys: crate::queue::QueueKeys,
     http: http::EgressClients,
     max_payload_bytes: usize,
+    /// The deepest generation of a child (`OUTBOX_MAX_EVENT_GENERATION`).
+    max_generation: i32,
     /// Which denials become `plugin.capability-use.denied` events.
     denial_events: policy::DenialLimiter,
     /// The kv quota script.
@@ -76,7 +80,8 @@ impl HandlerHost {
     ///   redirects (a followed redirect would reach a host the policy never saw), uses no proxy
     ///   and vets every address a name resolves to (plugins whose grants name IPs get clients
     ///   of their own, made here);
-    /// - `max_payload_bytes`: payload limit of children (`OUTBOX_MAX_PAYLOAD_BYTES`).
+    /// - `max_payload_bytes`: payload limit of children (`OUTBOX_MAX_PAYLOAD_BYTES`);
+    /// - `max_generation`: the deepest generation of a child (`OUTBOX_MAX_EVENT_GENERATION`).
     pub(crate) fn new(
         policy: Arc<CapabilityPolicy>,
         pool: PgPool,
@@ -84,6 +89,7 @@ impl HandlerHost {
         keys: crate::queue::QueueKeys,
         http: reqwest::Client,
         max_payload_bytes: usize,
+        max_generation: i32,
     ) -> Self {
         Self {
             policy,
@@ -92,6 +98,7 @@ impl HandlerHost {
             keys,
             http: http::EgressClients::new(http),
             max_payload_bytes,
+            max_generation,
             denial_events: policy::DenialLimiter::new(policy::DENIAL_REPORT_WINDOW),
             kv_scripts: kv::KvScripts::new(),
         }
@@ -102,25 +109,32 @@ impl HandlerHost {
         &self.pool
     }
 
-    /// The services of one delivery: `plugin` handling `parent` as handler `handler` (the name
-    /// that goes into children's dispatch keys and `causation_handler`); the span current here
-    /// (the receiver's `outbox.handle`) is the parent of the host calls' spans. Keep
-    /// [`published_ids_handle`](ReceiverServices::published_ids_handle), then hand it to
-    /// [`LoadedPlugin::handle`].
+    /// The services of one delivery: `plugin` handling `parent` (with its stored generation) as
+    /// handler `handler` (the name that goes into children's `causation_handler` and, with
+    /// `queue` on a Redis Cluster, their dispatch keys: [`publish::run_key`]) on an entry of
+    /// `queue`; the span current here (the receiver's `outbox.handle`) is the parent of the host
+    /// calls' spans. Keep [`published_handle`](ReceiverServices::published_handle), then hand
+    /// it to [`LoadedPlugin::handle`].
     pub(crate) fn services(
         self: &Arc<Self>,
         plugin: Arc<LoadedPlugin>,
-        parent: impl Into<ParentEvent>,
-        handler: impl Into<String>,
+        parent: ParentEvent,
+        handler: &str,
+        queue: &str,
     ) -> ReceiverServices {
         ReceiverServices {
             scope: DeliveryScope {
                 grants: policy::grants_json(&plugin),
                 publish_denials: self.policy.publish_denials(),
+                rules: ChildRules {
+                    handler: handler.to_string(),
+                    run_key: publish::run_key(handler, queue, self.keys.layout()),
+                    max_payload_bytes: self.max_payload_bytes,
+                    max_generation: self.max_generation,
+                },
                 host: self.clone(),
                 plugin,
-                parent: parent.into(),
-                handler: handler.into(),
+                parent,
                 span: tracing::Span::current(),
             },
             children: publish::Children::default(),
@@ -129,13 +143,13 @@ impl HandlerHost {
 }
 
 /// What one delivery's host calls know: the shared host, the calling plugin, the event being
-/// handled and the handler's name. Every capability module takes it and starts with
-/// [`authorize`](Self::authorize).
+/// handled and how its children are made (the handler's name among them). Every capability
+/// module takes it and starts with [`authorize`](Self::authorize).
 pub(crate) struct DeliveryScope {
     host: Arc<HandlerHost>,
     plugin: Arc<LoadedPlugin>,
     parent: ParentEvent,
-    handler: String,
+    rules: ChildRules,
     grants: String,
     publish_denials: bool,
     /// The delivery's span: the parent of each host call's span.
@@ -170,8 +184,11 @@ impl DeliveryScope {
                 reason: &reason,
                 suppressed_before,
             };
-            let event = policy::denial_event(&denial, &self.parent, &self.handler);
-            if let Err(e) = publish::insert(self, event).await {
+            let event = policy::denial_event(&denial, &self.parent, &self.rules.handler);
+            // An audit event is caused by the handler run like a child (one generation deeper)
+            // but never refused for it: the denial must be on record.
+            let generation = self.parent.generation.max(0).saturating_add(1);
+            if let Err(e) = publish::insert(self, event, generation).await {
                 tracing::error!(
                     target: "outbox::audit",
                     plugin = &*self.plugin.name,
@@ -194,10 +211,11 @@ pub(crate) struct ReceiverServices {
 }
 
 impl ReceiverServices {
-    /// The ids this delivery publishes (children, in call order; existing ids on redelivery),
-    /// shared: it stays readable after `self` moves into the wasm store.
-    pub(crate) fn published_ids_handle(&self) -> Arc<Mutex<Vec<i64>>> {
-        self.children.published_ids_handle()
+    /// What this delivery's publish calls leave behind (the ids published, in call order,
+    /// existing ids on redelivery; a child refused for its generation), shared: it stays
+    /// readable after `self` moves into the wasm store.
+    pub(crate) fn published_handle(&self) -> Arc<Mutex<PublishedChildren>> {
+        self.children.published_handle()
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
-use super::publish::{AskPolicy, Children, ParentEvent};
+use super::publish::{generation_limit, AskPolicy, ChildRules, Children, ParentEvent};
 use super::{http, kv, CapabilityPolicy};
 use crate::plugin::bindings::handler_world::outbox::plugin::{
     http as wit_http, publish as wit_publish,
@@ -164,6 +164,7 @@ pub struct OfflineHost {
     policy: Arc<CapabilityPolicy>,
     fixtures: Vec<HttpFixture>,
     max_payload_bytes: usize,
+    max_generation: i32,
     state: Arc<Mutex<OfflineState>>,
 }
 
@@ -207,8 +208,16 @@ impl OfflineHost {
             policy,
             fixtures,
             max_payload_bytes,
+            max_generation: generation_limit(crate::config::DEFAULT_MAX_EVENT_GENERATION),
             state: Arc::new(Mutex::new(state)),
         })
+    }
+
+    /// Refuse children deeper than `max_generation` (`OUTBOX_MAX_EVENT_GENERATION`; the default
+    /// otherwise), as a receiver does.
+    pub fn with_max_event_generation(mut self, max_generation: u32) -> Self {
+        self.max_generation = generation_limit(max_generation);
+        self
     }
 
     /// The services of one delivery: `plugin` handling `parent` (the name children's dispatch
@@ -220,7 +229,12 @@ impl OfflineHost {
     ) -> OfflineServices {
         OfflineServices {
             grants: super::policy::grants_json(&plugin),
-            handler: plugin.name.to_string(),
+            rules: ChildRules {
+                handler: plugin.name.to_string(),
+                run_key: plugin.name.to_string(),
+                max_payload_bytes: self.max_payload_bytes,
+                max_generation: self.max_generation,
+            },
             host: self.clone(),
             plugin,
             parent,
@@ -251,7 +265,7 @@ pub struct OfflineServices {
     host: Arc<OfflineHost>,
     plugin: Arc<LoadedPlugin>,
     parent: ParentEvent,
-    handler: String,
+    rules: ChildRules,
     grants: String,
     children: Children,
 }
@@ -300,14 +314,11 @@ impl OfflineServices {
         event: wit_publish::NewEvent,
     ) -> Result<i64, HostCallError> {
         let parent = self.parent.clone();
-        let handler = self.handler.clone();
-        let max_payload_bytes = self.host.max_payload_bytes;
+        let rules = self.rules.clone();
         let mut children = std::mem::take(&mut self.children);
-        let child = children
-            .prepare(&parent, &handler, max_payload_bytes, event, &*self)
-            .await;
+        let child = children.prepare(&parent, &rules, event, &*self).await;
         self.children = children;
-        let child: NewEvent = self.failed("publish", child)?;
+        let child: NewEvent = self.failed("publish", child)?.event;
         let id = -i64::from(self.children.calls_made());
         self.host.record(OfflineCall::Publish {
             event_type: child.event_type,

@@ -2,12 +2,16 @@
 //!
 //! Owns the grant checks (policy target: the child's event type; for a child in another tenant
 //! than its parent, also `publish-tenant` with that tenant as target), the per-delivery budget of
-//! publish calls, deterministic child dispatch keys (so a redelivery does not duplicate
-//! children), the headers a child inherits, and the short transaction that inserts one event with
-//! a deadline. It never lets a plugin choose a child's dispatch key, its causation headers or its
-//! trace headers, never puts a child into another tenant than its parent's unless the policy
-//! allowed that tenant, never lets one delivery publish more than
-//! [`MAX_PUBLISH_CALLS_PER_DELIVERY`] times, and never inserts before the policy allowed it.
+//! publish calls, the size bounds of what a guest hands over (checked before anything is
+//! parsed), a child's generation (its parent's + 1, refused past `OUTBOX_MAX_EVENT_GENERATION`:
+//! that ends a handler feedback loop, and the receiver dead-letters the delivery), deterministic
+//! child dispatch keys (so a redelivery does not duplicate children; one handler run's keys are
+//! distinct from another run's, see [`run_key`]), the headers a child inherits, and the short
+//! transaction that inserts one event with a deadline. It never lets a plugin choose a child's
+//! dispatch key, generation, causation headers or trace headers, never puts a child into another
+//! tenant than its parent's unless the policy allowed that tenant, never lets one delivery
+//! publish more than [`MAX_PUBLISH_CALLS_PER_DELIVERY`] times, never parses a payload or headers
+//! text over its bound, and never inserts before the policy allowed it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +24,7 @@ use crate::plugin::bindings::{HostCallError, WitEvent};
 use crate::publish::{
     publish_as, validate_as, validate_event_type, NewEvent, Publisher, MAX_KEY_BYTES,
 };
+use crate::queue::KeyLayout;
 
 /// The capability name the policy is asked about.
 pub const CAPABILITY: &str = "publish";
@@ -33,6 +38,9 @@ pub const MAX_PUBLISH_CALLS_PER_DELIVERY: u32 = 1000;
 
 /// Longest tenant id a handler may give a child, bytes.
 pub const MAX_TENANT_BYTES: usize = 255;
+
+/// Longest headers text a handler may give a child, bytes (checked before it is parsed).
+pub const MAX_CHILD_HEADERS_BYTES: usize = 64 * 1024;
 
 /// Deadline of one outbox insert issued for a plugin.
 const DB_DEADLINE: Duration = Duration::from_secs(10);
@@ -48,28 +56,94 @@ pub struct ParentEvent {
     pub tenant_id: Option<String>,
     /// Its headers, a JSON object as text (children inherit them).
     pub headers: String,
+    /// Its generation (0: a producer's event): its children are one deeper. What the host
+    /// stored, from the queue entry, never from the event's payload or headers.
+    pub generation: i32,
+}
+
+impl ParentEvent {
+    /// The same event, of generation `generation`.
+    pub fn with_generation(mut self, generation: i32) -> Self {
+        self.generation = generation;
+        self
+    }
 }
 
 impl From<&WitEvent> for ParentEvent {
+    /// The event a handler is handed, as generation 0 (set the stored one with
+    /// [`ParentEvent::with_generation`]).
     fn from(event: &WitEvent) -> Self {
         Self {
             id: event.id,
             event_type: event.event_type.clone(),
             tenant_id: event.tenant_id.clone(),
             headers: event.headers.clone(),
+            generation: 0,
         }
     }
 }
 
 impl From<WitEvent> for ParentEvent {
+    /// The event a handler is handed, as generation 0 (set the stored one with
+    /// [`ParentEvent::with_generation`]).
     fn from(event: WitEvent) -> Self {
         Self {
             id: event.id,
             event_type: event.event_type,
             tenant_id: event.tenant_id,
             headers: event.headers,
+            generation: 0,
         }
     }
+}
+
+/// How the children of one handler run are made, besides the parent: the names they carry and
+/// their bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChildRules {
+    /// The handler's name: children's `causation_handler`, and the plugin a refusal is counted
+    /// for.
+    pub(crate) handler: String,
+    /// The handler run's name in children's dispatch keys ([`run_key`]).
+    pub(crate) run_key: String,
+    /// Largest child payload, bytes (`OUTBOX_MAX_PAYLOAD_BYTES`).
+    pub(crate) max_payload_bytes: usize,
+    /// The deepest generation a child may have (`OUTBOX_MAX_EVENT_GENERATION`).
+    pub(crate) max_generation: i32,
+}
+
+/// The name a run of `handler` on an entry of `queue` goes by in the dispatch keys of what it
+/// publishes: the handler's name where one handler runs once per event (one Redis node: its
+/// idempotency marker is per handler and event, whichever queue the entry came from), and
+/// `<handler>@<queue>` where it runs once per queue (a Redis Cluster: its marker lives in each
+/// queue's slot), so that two runs of one handler on one event never share a child's key. Queue
+/// names hold no `@` or `:`, plugin names no `@`. One node keeps the keys its children always
+/// had.
+pub fn run_key(handler: &str, queue: &str, layout: KeyLayout) -> String {
+    match layout {
+        KeyLayout::Classic => handler.to_string(),
+        KeyLayout::Slotted => format!("{handler}@{queue}"),
+    }
+}
+
+/// A child ready to insert: the event and its generation.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PreparedChild {
+    /// The event.
+    pub(crate) event: NewEvent,
+    /// Its generation (its parent's + 1).
+    pub(crate) generation: i32,
+}
+
+/// What one delivery's publish calls left behind, shared with the receiver: it stays readable
+/// after the services move into the wasm store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PublishedChildren {
+    /// The ids published (children, in call order; existing ids on redelivery).
+    pub(crate) ids: Vec<i64>,
+    /// Why a child was refused for its generation, if one was: the receiver dead-letters the
+    /// delivery with it, whatever the handler answered (retrying would only be refused again).
+    pub(crate) generation_refused: Option<String>,
 }
 
 /// Who decides whether a host call of one delivery may happen: the receiver's
@@ -95,11 +169,11 @@ impl AskPolicy for DeliveryScope {
 }
 
 /// The children one delivery has published so far: the call index (each call, whatever its
-/// outcome, takes the next one) and the ids.
+/// outcome, takes the next one), the ids and a refusal for depth.
 #[derive(Default)]
 pub(crate) struct Children {
     next_index: u32,
-    published: Arc<Mutex<Vec<i64>>>,
+    published: Arc<Mutex<PublishedChildren>>,
 }
 
 impl Children {
@@ -108,55 +182,63 @@ impl Children {
         self.next_index
     }
 
-    /// The ids published (children, in call order; existing ids on redelivery), shared.
-    pub(crate) fn published_ids_handle(&self) -> Arc<Mutex<Vec<i64>>> {
+    /// What the publish calls left behind (ids, a refusal for depth), shared.
+    pub(crate) fn published_handle(&self) -> Arc<Mutex<PublishedChildren>> {
         self.published.clone()
     }
 
-    /// `publish.send`: check the grant, build the child (dispatch key, inherited headers and
-    /// tenant), validate it and insert it.
+    /// `publish.send`: check the grant, build the child (dispatch key, generation, inherited
+    /// headers and tenant), validate it and insert it.
     pub(crate) async fn send(
         &mut self,
         scope: &DeliveryScope,
         event: wit_publish::NewEvent,
     ) -> Result<i64, HostCallError> {
         let child = self
-            .prepare(
-                &scope.parent,
-                &scope.handler,
-                scope.host.max_payload_bytes,
-                event,
-                scope,
-            )
+            .prepare(&scope.parent, &scope.rules, event, scope)
             .await?;
-        let id = insert(scope, child).await.map_err(HostCallError::Failed)?;
-        if let Ok(mut ids) = self.published.lock() {
-            ids.push(id);
+        let id = insert(scope, child.event, child.generation)
+            .await
+            .map_err(HostCallError::Failed)?;
+        if let Ok(mut published) = self.published.lock() {
+            published.ids.push(id);
         }
         Ok(id)
     }
 
     /// Everything `publish.send` does before the insert: take the call's index (every call,
-    /// whatever its outcome, takes one), check the budget, the type and the tenant, ask
-    /// `policy` about the type and, for another tenant, about that tenant, then
-    /// build the child of `parent` published by `handler` (its dispatch key, inherited headers
-    /// and tenant) and validate it against `max_payload_bytes`. The offline host
-    /// ([`super::offline`]) builds its children with it too.
+    /// whatever its outcome, takes one), check the budget, the child's generation (refused past
+    /// `rules.max_generation`: counted, and kept for the receiver to dead-letter the delivery),
+    /// the type, the tenant and the sizes of the payload and headers texts (before parsing
+    /// them), ask `policy` about the type and, for another tenant, about that tenant, then build
+    /// the child of `parent` under `rules` (its dispatch key, inherited headers and tenant) and
+    /// validate it. The offline host ([`super::offline`]) builds its children with it too.
     pub(crate) async fn prepare(
         &mut self,
         parent: &ParentEvent,
-        handler: &str,
-        max_payload_bytes: usize,
+        rules: &ChildRules,
         event: wit_publish::NewEvent,
         policy: &impl AskPolicy,
-    ) -> Result<NewEvent, HostCallError> {
+    ) -> Result<PreparedChild, HostCallError> {
         // Index every call, whatever its outcome, so call i of a redelivery gets key i again.
         let index = self.next_index;
         self.next_index = self.next_index.saturating_add(1);
         check_budget(index).map_err(HostCallError::Failed)?;
+        let generation = match child_generation(parent, &event.event_type, rules.max_generation) {
+            Ok(generation) => generation,
+            Err(refusal) => {
+                metrics::counter!("outbox_publish_generation_refused_total", "plugin" => rules.handler.clone())
+                    .increment(1);
+                if let Ok(mut published) = self.published.lock() {
+                    published.generation_refused.get_or_insert(refusal.clone());
+                }
+                return Err(HostCallError::Failed(refusal));
+            }
+        };
         validate_event_type(&event.event_type).map_err(|e| HostCallError::Failed(e.to_string()))?;
         let tenant = child_tenant(parent.tenant_id.as_deref(), event.tenant_id.as_deref())
             .map_err(HostCallError::Failed)?;
+        check_sizes(&event, rules.max_payload_bytes).map_err(HostCallError::Failed)?;
         policy.ask(CAPABILITY, &event.event_type).await?;
         if let TenantCheck::Other(other) = &tenant {
             policy.ask(TENANT_CAPABILITY, other).await?;
@@ -180,12 +262,63 @@ impl Children {
             },
         };
         let mut child = NewEvent::new(event.event_type, payload)
-            .with_dispatch_key(child_dispatch_key(parent.id, handler, index))
-            .with_headers(child_headers(parent, handler, extra));
+            .with_dispatch_key(child_dispatch_key(parent.id, &rules.run_key, index))
+            .with_headers(child_headers(parent, &rules.handler, extra));
         child.tenant_id = event.tenant_id.or_else(|| parent.tenant_id.clone());
-        validate_as(&child, max_payload_bytes, Publisher::Host)
+        validate_as(&child, rules.max_payload_bytes, Publisher::Host)
             .map_err(|e| HostCallError::Failed(e.to_string()))?;
-        Ok(child)
+        Ok(PreparedChild {
+            event: child,
+            generation,
+        })
+    }
+}
+
+/// The generation of a child of `parent` (of type `child_type`): the parent's + 1, or the
+/// refusal when that is deeper than `max_generation`.
+pub(crate) fn child_generation(
+    parent: &ParentEvent,
+    child_type: &str,
+    max_generation: i32,
+) -> Result<i32, String> {
+    let generation = parent.generation.max(0).saturating_add(1);
+    if generation <= max_generation {
+        return Ok(generation);
+    }
+    Err(format!(
+        "publish: refused {}: event {} is generation {}, and children deeper than generation {max_generation} are refused (OUTBOX_MAX_EVENT_GENERATION = {max_generation}; a producer's event is generation 0, each event a handler publishes one more than its parent). Events that keep coming back to the handlers that publish them are a feedback loop: `outbox routes check` names the loops in routes.toml",
+        clip(child_type, 255),
+        parent.id,
+        parent.generation,
+    ))
+}
+
+/// `OUTBOX_MAX_EVENT_GENERATION` as a generation (the setting is at most 10000).
+pub(crate) fn generation_limit(setting: u32) -> i32 {
+    i32::try_from(setting).unwrap_or(i32::MAX)
+}
+
+/// Refuse a payload text over `max_payload_bytes` or a headers text over
+/// [`MAX_CHILD_HEADERS_BYTES`] before either is parsed (the payload's serialised size is
+/// checked again once it is parsed).
+pub(crate) fn check_sizes(
+    event: &wit_publish::NewEvent,
+    max_payload_bytes: usize,
+) -> Result<(), String> {
+    if event.payload.len() > max_payload_bytes {
+        return Err(format!(
+            "payload of {} is {} bytes, over the limit of {max_payload_bytes} bytes",
+            event.event_type,
+            event.payload.len()
+        ));
+    }
+    match &event.headers {
+        Some(headers) if headers.len() > MAX_CHILD_HEADERS_BYTES => Err(format!(
+            "headers of {} are {} bytes, over the limit of {MAX_CHILD_HEADERS_BYTES} bytes",
+            event.event_type,
+            headers.len()
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -231,14 +364,19 @@ pub(crate) fn child_tenant(
     }
 }
 
-/// Insert one host event (a child or a denial: reserved key prefixes allowed) in its own short
-/// transaction; the existing id when its dispatch key already names the same event.
-pub(crate) async fn insert(scope: &DeliveryScope, event: NewEvent) -> Result<i64, String> {
+/// Insert one host event (a child or a denial: reserved key prefixes allowed) of generation
+/// `generation` in its own short transaction; the existing id when its dispatch key already
+/// names the same event.
+pub(crate) async fn insert(
+    scope: &DeliveryScope,
+    event: NewEvent,
+    generation: i32,
+) -> Result<i64, String> {
     let pool = &scope.host.pool;
-    let limit = scope.host.max_payload_bytes.max(1024);
+    let limit = scope.rules.max_payload_bytes.max(1024);
     let work = async move {
         let mut tx = pool.begin().await.map_err(|e| format!("publish: {e}"))?;
-        let id = publish_as(&mut tx, event, limit, Publisher::Host)
+        let id = publish_as(&mut tx, event, limit, Publisher::Host, generation)
             .await
             .map_err(|e| e.to_string())?;
         tx.commit()
@@ -288,10 +426,12 @@ fn merge_headers(
     headers.insert("causation_handler".into(), handler.into());
 }
 
-/// Dispatch key of the `index`-th child (0-based, in call order) that `handler` publishes while
-/// handling event `parent_id`; the same on every redelivery, so children are not duplicated.
-pub fn child_dispatch_key(parent_id: i64, handler: &str, index: u32) -> String {
-    bounded_dispatch_key(format!("child:{parent_id}:{handler}:{index}"))
+/// Dispatch key of the `index`-th child (0-based, in call order) that the handler run named
+/// `run_key` ([`run_key`]: the handler's name, or `<handler>@<queue>` on a Redis Cluster)
+/// publishes while handling event `parent_id`: `child:<parent_id>:<run_key>:<index>`, the same
+/// on every redelivery, so children are not duplicated.
+pub fn child_dispatch_key(parent_id: i64, run_key: &str, index: u32) -> String {
+    bounded_dispatch_key(format!("child:{parent_id}:{run_key}:{index}"))
 }
 
 /// Keys over the 512-byte dispatch key limit keep a readable head and a hash of the whole.
@@ -373,5 +513,187 @@ mod tests {
             serde_json::Value::Object(headers),
             serde_json::json!({"traceparent": "00-abc", "x": 2, "parent_event_id": 7, "causation_handler": "h"})
         );
+    }
+
+    /// Allows every call, counting them.
+    #[derive(Default)]
+    struct AllowAll(std::sync::atomic::AtomicU32);
+
+    impl AllowAll {
+        fn asked(&self) -> u32 {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl AskPolicy for AllowAll {
+        fn ask(
+            &self,
+            _capability: &'static str,
+            _target: &str,
+        ) -> impl std::future::Future<Output = Result<(), HostCallError>> + Send {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::ready(Ok(()))
+        }
+    }
+
+    fn parent() -> ParentEvent {
+        ParentEvent {
+            id: 7,
+            event_type: "loop.ping".into(),
+            tenant_id: None,
+            headers: "{}".into(),
+            generation: 0,
+        }
+    }
+
+    fn rules(max_payload_bytes: usize) -> ChildRules {
+        ChildRules {
+            handler: "h".into(),
+            run_key: "h".into(),
+            max_payload_bytes,
+            max_generation: 8,
+        }
+    }
+
+    fn new_event(payload: String, headers: Option<String>) -> wit_publish::NewEvent {
+        wit_publish::NewEvent {
+            event_type: "loop.ping".into(),
+            payload,
+            tenant_id: None,
+            headers,
+        }
+    }
+
+    fn failure(result: Result<PreparedChild, HostCallError>) -> String {
+        match result {
+            Err(HostCallError::Failed(message)) => message,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn oversized_payload_and_headers_texts_are_refused_by_size_before_they_are_parsed() {
+        let limit = 1024;
+        let policy = AllowAll::default();
+        // Too long and not JSON either: the size is what is reported.
+        let not_json = "{".repeat(limit + 1);
+        let error = failure(
+            Children::default()
+                .prepare(&parent(), &rules(limit), new_event(not_json, None), &policy)
+                .await,
+        );
+        assert!(
+            error.contains("is 1025 bytes, over the limit of 1024 bytes"),
+            "{error}"
+        );
+        let headers = "[".repeat(MAX_CHILD_HEADERS_BYTES + 1);
+        let error = failure(
+            Children::default()
+                .prepare(
+                    &parent(),
+                    &rules(limit),
+                    new_event("{}".into(), Some(headers)),
+                    &policy,
+                )
+                .await,
+        );
+        assert!(
+            error.contains(&format!(
+                "headers of loop.ping are {} bytes, over the limit of {MAX_CHILD_HEADERS_BYTES} bytes",
+                MAX_CHILD_HEADERS_BYTES + 1
+            )),
+            "{error}"
+        );
+        assert_eq!(policy.asked(), 0, "refused before the policy was asked");
+        // Within the bounds the same texts are parsed, and refused as what they are.
+        let error = failure(
+            Children::default()
+                .prepare(
+                    &parent(),
+                    &rules(limit),
+                    new_event("{".repeat(limit), None),
+                    &policy,
+                )
+                .await,
+        );
+        assert!(error.contains("is not valid JSON"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_child_is_one_generation_deeper_and_refused_past_the_limit() {
+        let policy = AllowAll::default();
+        let mut children = Children::default();
+        let child = children
+            .prepare(
+                &parent().with_generation(7),
+                &rules(1024),
+                new_event("{}".into(), None),
+                &policy,
+            )
+            .await
+            .unwrap();
+        assert_eq!(child.generation, 8);
+        assert_eq!(child.event.dispatch_key.as_deref(), Some("child:7:h:0"));
+        assert_eq!(
+            children
+                .published_handle()
+                .lock()
+                .unwrap()
+                .generation_refused,
+            None
+        );
+
+        let error = failure(
+            children
+                .prepare(
+                    &parent().with_generation(8),
+                    &rules(1024),
+                    new_event("{}".into(), None),
+                    &policy,
+                )
+                .await,
+        );
+        for needle in [
+            "refused loop.ping: event 7 is generation 8",
+            "OUTBOX_MAX_EVENT_GENERATION = 8",
+        ] {
+            assert!(error.contains(needle), "{needle:?} in {error}");
+        }
+        assert_eq!(
+            children
+                .published_handle()
+                .lock()
+                .unwrap()
+                .generation_refused,
+            Some(error),
+            "kept for the receiver to dead-letter the delivery"
+        );
+        assert_eq!(
+            policy.asked(),
+            1,
+            "the refused call never reached the policy"
+        );
+        // A generation the host never stores (negative) counts as 0.
+        assert_eq!(
+            child_generation(&parent().with_generation(-3), "a.b", 8),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn one_handlers_runs_on_two_queues_of_a_cluster_key_their_children_apart() {
+        use crate::queue::KeyLayout;
+        assert_eq!(
+            run_key("hook-probe", "outbox.a", KeyLayout::Classic),
+            "hook-probe"
+        );
+        let a = run_key("hook-probe", "outbox.a", KeyLayout::Slotted);
+        let b = run_key("hook-probe", "outbox.b", KeyLayout::Slotted);
+        assert_eq!(a, "hook-probe@outbox.a");
+        assert_eq!(
+            child_dispatch_key(42, &a, 0),
+            "child:42:hook-probe@outbox.a:0"
+        );
+        assert_ne!(child_dispatch_key(42, &a, 0), child_dispatch_key(42, &b, 0));
     }
 }

@@ -23,7 +23,8 @@ pub use queues::{
     DEFAULT_BULLMQ_JOB_ID, DEFAULT_BULLMQ_PREFIX, MAX_QUEUE_CONCURRENCY,
 };
 pub use settings::{
-    FileSettings, SettingSource, Settings, ShownSetting, DEFAULT_MAX_PAYLOAD_BYTES,
+    FileSettings, SettingSource, Settings, ShownSetting, DEFAULT_MAX_EVENT_GENERATION,
+    DEFAULT_MAX_PAYLOAD_BYTES,
 };
 
 /// A configuration problem, with the file and the offending entry in the message.

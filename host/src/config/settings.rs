@@ -21,6 +21,12 @@ use crate::contracts::ContractMode;
 /// Largest payload accepted by default (256 KiB).
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
+/// The deepest generation of a handler's child by default (`OUTBOX_MAX_EVENT_GENERATION`).
+pub const DEFAULT_MAX_EVENT_GENERATION: u32 = 8;
+
+/// The largest `OUTBOX_MAX_EVENT_GENERATION` the host uses (a larger one is clamped to it).
+pub const MAX_EVENT_GENERATION_CEILING: u32 = 10_000;
+
 /// Where a resolved setting's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettingSource {
@@ -692,6 +698,17 @@ declare_settings! {
             file: max_payload_bytes: usize,
             kind: Number<usize>,
             default: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+        /// The deepest generation an event a handler publishes may have: a producer's event is
+        /// generation 0 and each handler's child one more than its parent; a publish past it is
+        /// refused and the delivery dead-lettered, which ends a handler feedback loop (at most
+        /// 10000).
+        max_event_generation: u32 {
+            env: "OUTBOX_MAX_EVENT_GENERATION",
+            file: max_event_generation: u32,
+            kind: Number<u32>,
+            default: DEFAULT_MAX_EVENT_GENERATION,
+            adjust: |n: u32| n.min(MAX_EVENT_GENERATION_CEILING),
         }
         /// Prefix for every Redis key the host writes.
         redis_prefix: String {

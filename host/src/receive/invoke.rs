@@ -4,7 +4,10 @@
 //! it runs anything (the plugin it names must match the job's type, be declared, subscribe to
 //! the job's hook in its `hooks` and be a handler; otherwise the job fails and is
 //! dead-lettered), building the hook event from what the host knows, building the handler's
-//! host services, and calling the plugin off the async executor. A job keyed as a host child
+//! host services (with the generation the entry carries: a job's subscriber publishes one
+//! generation below the job), calling the plugin off the async executor, and turning a delivery
+//! whose child was refused for its generation into a dead letter whatever the handler answered
+//! (a retry would be refused again: the loop ends there). A job keyed as a host child
 //! (`child:`) stands for its parent event: that parent must exist in `outbox_event` and be the
 //! hook's own `plugin.hook.<hook>` event, and the hook event the subscriber gets is that row
 //! (id, type, version, tenant, payload, time), never the job's payload; so a row written
@@ -14,6 +17,7 @@
 
 use std::time::Duration;
 
+use crate::capability::publish::ParentEvent;
 use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api::{
     DelayedRetry, Delivery, Outcome,
 };
@@ -29,7 +33,8 @@ const INVOKE_PREFIX: &str = "plugin.invoke.";
 /// Type prefix of hook events: `plugin.hook.<hook>`.
 const HOOK_PREFIX: &str = "plugin.hook.";
 /// Dispatch key prefix of the events a handler publishes (see
-/// [`crate::capability::publish::child_dispatch_key`]), reserved for the host's own events.
+/// [`crate::capability::publish::child_dispatch_key`]: `child:<parent id>:<run key>:<index>`),
+/// reserved for the host's own events.
 const CHILD_KEY_PREFIX: &str = "child:";
 /// The header in which the host names a child's parent event (a plugin cannot set it).
 const PARENT_HEADER: &str = "parent_event_id";
@@ -150,10 +155,13 @@ impl Receivers {
                 receipt,
             );
         };
+        // The generation is the entry's (for a job: the job's, one below its subscriber's
+        // children), as the host stored it.
+        let parent = ParentEvent::from(&event).with_generation(entry.generation());
         let services = self
             .handler_host
-            .services(plugin.clone(), event.clone(), &plugin_name);
-        let published = services.published_ids_handle();
+            .services(plugin.clone(), parent, &plugin_name, queue);
+        let published = services.published_handle();
         let delivery = Delivery {
             event,
             queue: queue.to_string(),
@@ -168,6 +176,12 @@ impl Receivers {
             .await;
         let published = published.lock().map(|p| p.clone()).unwrap_or_default();
         let event_id = delivery.event.id;
+        if let Some(refused) = published.generation_refused {
+            // Whatever the handler answered: the child it meant to publish was not written, and
+            // would be refused again on every retry.
+            tracing::warn!(%queue, event_id, handler = %plugin_name, reason = %refused, "a child was refused for its generation; dead-lettering the delivery");
+            return (Err(HandlerFailure::Fail(refused)), published.ids, receipt);
+        }
         let outcome = match called {
             Ok(Outcome::Ok) => Ok(()),
             Ok(Outcome::Retry(reason)) => Err(HandlerFailure::retry(reason)),
@@ -183,7 +197,7 @@ impl Receivers {
             // failure, up to the configured retries.
             Err(e) => Err(HandlerFailure::retry(e.to_string())),
         };
-        (outcome, published, receipt)
+        (outcome, published.ids, receipt)
     }
 }
 

@@ -216,6 +216,7 @@ impl Receivers {
             QueueKeys::from_settings(&settings),
             http,
             settings.max_payload_bytes,
+            crate::capability::publish::generation_limit(settings.max_event_generation),
         ));
         let keys = QueueKeys::from_settings(&settings);
         let consumer = consumer.into();

@@ -15,10 +15,12 @@ use crate::plugin::{PluginRegistry, PluginRouter};
 use crate::store::ClaimedEvent;
 
 mod explain;
+mod feedback;
 mod pattern;
 mod table;
 
 pub use explain::{explain_route, QueueConsumer, RouteExplanation};
+pub use feedback::{feedback_loops, FeedbackLoop, FeedbackReport, FeedbackStep};
 pub use pattern::{PrefixMatcher, Specificity, TypePattern};
 pub use table::{no_route_message, RouteRule, RouteTable};
 

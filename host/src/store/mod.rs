@@ -145,6 +145,9 @@ pub struct ClaimedEvent {
     pub created_at: DateTime<Utc>,
     /// True when this claim took the row over from a claimer whose lease expired.
     pub recovered_lease: bool,
+    /// 0 for a producer's event, the parent's + 1 for an event a handler published (see
+    /// `capability::publish`).
+    pub generation: i32,
 }
 
 impl ClaimedEvent {
@@ -163,6 +166,7 @@ impl ClaimedEvent {
             attempts: 1,
             created_at: Utc::now(),
             recovered_lease: false,
+            generation: 0,
         }
     }
 }
@@ -225,7 +229,8 @@ pub const CLAIM_SQL: &str = r#"
     WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM due)) AND e.ctid = due.ctid
     RETURNING e.id, e.tenant_id, e.event_type, e.event_version, e.payload::text AS payload,
               e.headers::text AS headers, e.dispatch_key, e.ordering_key, e.attempts,
-              e.created_at, e.claimed_at, due.previous_status = 'processing' AS recovered
+              e.created_at, e.claimed_at, due.previous_status = 'processing' AS recovered,
+              e.generation
     "#;
 
 /// Claim up to `limit` due rows: pending rows whose `available_at` has passed and processing
@@ -277,6 +282,7 @@ pub async fn claim_due_events_from(
             attempts: row.get("attempts"),
             created_at: row.get("created_at"),
             recovered_lease: row.get("recovered"),
+            generation: row.get("generation"),
         });
     }
     events.sort_by_key(|e| e.id);

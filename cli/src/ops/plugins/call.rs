@@ -240,7 +240,8 @@ fn offline_host(
         None => Vec::new(),
     };
     let host = OfflineHost::new(policy, fixtures, kv_seed, config.settings.max_payload_bytes)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_max_event_generation(config.settings.max_event_generation);
     Ok((Arc::new(host), policy_source))
 }
 
