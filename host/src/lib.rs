@@ -40,6 +40,7 @@ pub mod live_config;
 pub mod plugin;
 pub mod publish;
 pub mod queue;
+pub mod queue_pause;
 pub mod receive;
 pub mod reconnect;
 pub mod redis_conn;

@@ -241,6 +241,17 @@ impl QueueKeys {
         }
     }
 
+    /// A queue's pause key, the barrier of a pause: while it exists no idempotency claim on the
+    /// queue is granted, so no handler call of the queue starts (see `crate::queue_pause`). Its
+    /// value names the operator who paused it. `{prefix}outbox:paused:{queue}` (on a cluster
+    /// `{{prefix}{queue}}:outbox:paused`, in the slot of the queue's handled markers).
+    pub fn paused(&self, queue: &str) -> String {
+        match self.layout {
+            KeyLayout::Classic => format!("{}outbox:paused:{}", self.prefix, queue),
+            KeyLayout::Slotted => self.in_queue_slot(queue, format_args!(":outbox:paused")),
+        }
+    }
+
     /// A queue's sorted set of delayed retries: `{prefix}outbox:retry:{queue}` (on a cluster
     /// `{{prefix}{queue}}:outbox:retry`).
     pub fn retry_set(&self, queue: &str) -> String {
@@ -613,6 +624,7 @@ mod tests {
             keys.handled_marker(queue, "mailer", 42),
             keys.trimmed(queue),
             keys.rate_limit(queue),
+            keys.paused(queue),
             keys.retry_set(queue),
             keys.dead_letter_stream(queue),
             keys.receipts_stream(queue),

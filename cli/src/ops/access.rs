@@ -2,12 +2,13 @@
 //! first ([`require`]): who runs it (the token in `OUTBOX_OPERATOR_TOKEN`, or in the file
 //! `OUTBOX_OPERATOR_TOKEN_FILE` names) and whether its role allows it. A refused command says why
 //! and has changed nothing. The identities, roles and audit rows are
-//! `outbox_host::store::{authorize, add_operator, record_audit, ...}`.
+//! `outbox_host::store::{authorize, add_operator_audited, revoke_operator_audited, ...}`: each
+//! change and its audit row are one transaction.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::PgPool;
 
-use outbox_host::store::{self, AccessError, Operator, Role};
+use outbox_host::store::{self, Operator, Role};
 
 /// The operator token of this command: `OUTBOX_OPERATOR_TOKEN`, else the contents of the file
 /// `OUTBOX_OPERATOR_TOKEN_FILE` names.
@@ -35,53 +36,18 @@ pub async fn require(pool: &PgPool, needed: Role, command: &str) -> anyhow::Resu
 }
 
 /// `outbox operator add NAME --role R`: the first operator (an admin) may be added by anyone
-/// who can reach the database; every later one needs an admin's token. Prints the new token
-/// once.
+/// who can reach the database; every later one needs an admin's token. The check, the add and
+/// its audit row are one transaction (`store::add_operator_audited`), so two first adds at once
+/// bootstrap one admin. Prints the new token once.
 pub async fn add_operator(pool: &PgPool, name: &str, role: Role) -> anyhow::Result<()> {
-    let by = if store::operators_exist(pool).await? {
-        let admin = require(pool, Role::Admin, "operator add").await?;
-        admin.name
-    } else {
-        if role != Role::Admin {
-            anyhow::bail!(
-                "no operator exists yet: the first one must be an admin (`outbox operator add {name} --role admin`)"
-            );
-        }
-        "bootstrap".to_string()
-    };
-    let token = store::add_operator(pool, name, role, &by).await?;
-    let operator = Operator {
-        name: name.to_string(),
-        role,
-    };
-    let arguments = serde_json::json!({ "name": name, "role": role });
-    store::record_audit(
-        pool,
-        &operator_or(&by, &operator),
-        "operator add",
-        &arguments,
-        false,
-        1,
-    )
-    .await?;
+    let token = operator_token()?;
+    let added = store::add_operator_audited(pool, token.as_deref(), name, role).await?;
     eprintln!(
         "operator {name} ({}) added; its token, shown only now (keep it in OUTBOX_OPERATOR_TOKEN or a file named by OUTBOX_OPERATOR_TOKEN_FILE):",
         role.as_str()
     );
-    out!("{token}");
+    out!("{}", added.token);
     Ok(())
-}
-
-/// The audit row's operator: who added (an admin), or the new admin itself when bootstrapping.
-fn operator_or(by: &str, added: &Operator) -> Operator {
-    if by == "bootstrap" {
-        added.clone()
-    } else {
-        Operator {
-            name: by.to_string(),
-            role: Role::Admin,
-        }
-    }
 }
 
 /// `outbox operator list`: every operator (never a token).
@@ -109,26 +75,12 @@ pub async fn list_operators(pool: &PgPool, json: bool) -> anyhow::Result<()> {
 }
 
 /// `outbox operator revoke NAME` (admin): its token stops working. The last admin cannot be
-/// revoked (nobody could repair anything after).
+/// revoked (nobody could repair anything after); the check, the revocation and its audit row are
+/// one transaction (`store::revoke_operator_audited`), so two admins revoking each other at once
+/// leave one.
 pub async fn revoke_operator(pool: &PgPool, name: &str) -> anyhow::Result<()> {
-    let admin = require(pool, Role::Admin, "operator revoke").await?;
-    let operators = store::list_operators(pool).await?;
-    let active_admins: Vec<&str> = operators
-        .iter()
-        .filter(|o| o.role == "admin" && o.revoked_at.is_none())
-        .map(|o| o.name.as_str())
-        .collect();
-    if active_admins == [name] {
-        return Err(AccessError::Invalid(format!(
-            "{name} is the last admin: add another admin before revoking it (nothing was changed)"
-        ))
-        .into());
-    }
-    if !store::revoke_operator(pool, name).await? {
-        anyhow::bail!("no active operator named {name} (nothing was changed)");
-    }
-    let arguments = serde_json::json!({ "name": name });
-    store::record_audit(pool, &admin, "operator revoke", &arguments, false, 1).await?;
+    let token = operator_token()?;
+    store::revoke_operator_audited(pool, token.as_deref(), name).await?;
     out!("operator {name} revoked");
     Ok(())
 }
@@ -176,16 +128,7 @@ pub async fn release_worker(pool: &PgPool, worker: &str, force: bool) -> anyhow:
         ),
         Some(_) => {}
     }
-    let released = store::release_claims(pool, worker).await?;
-    store::record_audit(
-        pool,
-        &operator,
-        "release",
-        &serde_json::json!({ "worker": worker, "force": force }),
-        false,
-        released,
-    )
-    .await?;
+    let released = store::release_claims_audited(pool, &operator, worker, force).await?;
     out!("release: {released} claims of host {worker} are pending again, due now");
     Ok(())
 }

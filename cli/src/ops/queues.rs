@@ -1,12 +1,14 @@
-//! `outbox queue pause|resume|list`: the operator's controls of the host's receivers. The pause
-//! rows are `outbox_host::store::{pause_queue, resume_queue, paused_queues}` (every host's
-//! receivers follow them within a second); concurrency and rate limits are read from the routes
-//! file's `[queues."NAME"]`. A refused command says why and has changed nothing.
+//! `outbox queue pause|resume|list`: the operator's controls of the host's receivers. A pause or
+//! resume is `outbox_host::queue_pause::QueuePauseControl` (the row, its audit row and the Redis
+//! pause key in one step: once a pause returns no handler call of the queue starts on any host);
+//! concurrency and rate limits are read from the routes file's `[queues."NAME"]`. A refused
+//! command says why and has changed nothing.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::PgPool;
 
 use outbox_host::config::{validate_queue_name, Config, SinkKind};
+use outbox_host::queue_pause::QueuePauseControl;
 use outbox_host::store::{self, Role, MAX_PAUSE_REASON_CHARS};
 
 use super::require;
@@ -56,18 +58,10 @@ pub async fn pause_queue(
             );
         }
     }
-    let newly = store::pause_queue(pool, queue, &operator.name, reason).await?;
-    store::record_audit(
-        pool,
-        &operator,
-        "queue pause",
-        &serde_json::json!({ "queue": queue, "reason": reason }),
-        false,
-        u64::from(newly),
-    )
-    .await?;
+    let control = QueuePauseControl::connect(&config.settings).await?;
+    let newly = control.pause(pool, &operator, queue, reason).await?;
     if newly {
-        out!("queue {queue} paused: every host's receivers stop reading it within a second; handlers already running finish (`outbox queue resume {queue}` resumes it)");
+        out!("queue {queue} paused: no handler call of it starts on any host from now on; handlers already running finish (`outbox queue resume {queue}` resumes it)");
         if !config.routes.handlers.contains_key(queue) && !config.routes.handlers.is_empty() {
             eprintln!(
                 "warning: [handlers] binds no handler to {queue}, so no receiver reads it now; the pause applies once one does"
@@ -94,16 +88,8 @@ pub async fn resume_queue(pool: &PgPool, config: &Config, queue: &str) -> anyhow
     let operator = require(pool, Role::Admin, "queue resume").await?;
     let paused = store::paused_queues(pool).await?;
     check_queue(config, queue, &paused)?;
-    let resumed = store::resume_queue(pool, queue).await?;
-    store::record_audit(
-        pool,
-        &operator,
-        "queue resume",
-        &serde_json::json!({ "queue": queue }),
-        false,
-        u64::from(resumed),
-    )
-    .await?;
+    let control = QueuePauseControl::connect(&config.settings).await?;
+    let resumed = control.resume(pool, &operator, queue).await?;
     if resumed {
         out!("queue {queue} resumed: every host's receivers read it again within a second");
     } else {

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use super::outcomes::Claim;
+use super::outcomes::{Claim, Claimed, StartConfirmed};
 use super::{ctx, ReceiveError, Receivers, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::retry_blips;
@@ -62,54 +62,43 @@ impl Receivers {
     }
 
     /// Make `claim` (see [`claim_entry`](Receivers::claim_entry)) through blips: the marker
-    /// value carries the claim's owner token, unique to this delivery, so a retry whose first
-    /// try was applied with only its reply lost recognises its own claim instead of taking it
-    /// for someone else's (which would leave the entry to the receiver lease). `tried`: an
-    /// earlier try's effect is unknown, so even the first try here checks for its own marker.
-    pub(super) async fn claim_through_blips(
-        &self,
-        claim: Claim,
-        tried: bool,
-    ) -> Result<Option<Claim>, ReceiveError> {
-        let (marker, value) = (claim.marker(), claim.marker_value());
-        let lease_ms = self.settings.receiver_lease.as_millis() as u64;
-        let mut tried = tried;
-        let claimed = retry_blips(
+    /// value carries the claim's owner token, unique to this delivery, and the claim script
+    /// takes a marker already holding it for its own, so a retry whose first try was applied
+    /// with only its reply lost recognises its own claim instead of taking it for someone
+    /// else's (which would leave the entry to the receiver lease); while the queue is paused it
+    /// releases that claim instead.
+    pub(super) async fn claim_through_blips(&self, claim: Claim) -> Result<Claimed, ReceiveError> {
+        retry_blips(
             "idempotency claim",
             STAGE,
             self.blip_deadline(),
             receive_blip,
+            || self.claim_once(claim.clone()),
+        )
+        .await
+    }
+
+    /// [`confirm_start`](Receivers::confirm_start) through blips.
+    pub(super) async fn confirm_start_through_blips(
+        &self,
+        claim: &mut Claim,
+    ) -> Result<StartConfirmed, ReceiveError> {
+        let (answer, confirmed) = retry_blips(
+            "confirm a claim before its handler starts",
+            STAGE,
+            self.blip_deadline(),
+            receive_blip,
             || {
-                let again = std::mem::replace(&mut tried, true);
-                let (marker, value) = (&marker, &value);
+                let mut attempt = claim.clone();
                 async move {
-                    let set: Option<String> = ctx(
-                        redis::cmd("SET")
-                            .arg(marker)
-                            .arg(value)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(lease_ms)
-                            .query_async(&mut self.conn.clone())
-                            .await,
-                        || format!("idempotency claim {marker}"),
-                    )?;
-                    if set.is_some() || !again {
-                        return Ok(set.is_some());
-                    }
-                    let holder: Option<String> = ctx(
-                        redis::cmd("GET")
-                            .arg(marker)
-                            .query_async(&mut self.conn.clone())
-                            .await,
-                        || format!("read idempotency claim {marker}"),
-                    )?;
-                    Ok(holder.as_deref() == Some(value.as_str()))
+                    let answer = self.confirm_start(&mut attempt).await?;
+                    Ok((answer, attempt))
                 }
             },
         )
         .await?;
-        Ok(claimed.then_some(claim))
+        *claim = confirmed;
+        Ok(answer)
     }
 
     /// Whether `stream_id` is still pending (delivered, not acknowledged) in `queue`'s group.

@@ -2,7 +2,9 @@
 //!
 //! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency
 //! (the queue's `concurrency`, followed across reloads), reading nothing while the queue is
-//! paused and no more than its rate limit lets start (see `controls`),
+//! paused (as the pause rows say, or as its Redis pause key says once an entry met that
+//! barrier; the entries held back by it are recovered once the key is gone) and no more than
+//! its rate limit lets start (see `controls`),
 //! the stream ids handed to a handler task of this loop and not finished yet ([`InFlight`]),
 //! when housekeeping runs, reconnecting with backoff, and how a stopping receiver waits for its
 //! running handlers (all of them when its queue lost its handler, the shutdown grace at
@@ -208,6 +210,21 @@ impl Receivers {
                 self.pauses.changed_within(READ_BLOCK, &stop).await;
                 continue;
             }
+            if self.held_by_pause.holds(&queue) {
+                // Entries met the pause barrier: the pause key rules until it is gone (the
+                // pause rows may not say so yet), then they are recovered from this consumer's
+                // pending entries.
+                match self.pause_key_exists(&queue).await {
+                    Ok(false) => {
+                        self.held_by_pause.clear(&queue);
+                        recover = true;
+                    }
+                    Ok(true) | Err(_) => {
+                        self.pauses.changed_within(READ_BLOCK, &stop).await;
+                        continue;
+                    }
+                }
+            }
             if self
                 .receipts_backlog_full(&queue, &mut receipts_backlog)
                 .await
@@ -367,6 +384,11 @@ impl Receivers {
             let _ = tokio::time::timeout(self.settings.shutdown_grace, finished).await;
         }
         tracing::info!(%queue, "receiver stopped");
+    }
+
+    /// Whether `queue`'s Redis pause key exists (the barrier: see `crate::queue_pause`).
+    async fn pause_key_exists(&self, queue: &str) -> redis::RedisResult<bool> {
+        self.conn.clone().exists(self.keys.paused(queue)).await
     }
 
     /// The handler concurrency of `queue`: its `[queues."NAME"] concurrency`, or

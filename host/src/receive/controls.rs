@@ -2,7 +2,9 @@
 //!
 //! Owns the pause state of every queue as this process knows it ([`QueuePauses`]: read from
 //! `outbox_queue_pause`, followed by `LISTEN` and a re-read every second, kept as last read while
-//! PostgreSQL is away), resizing a receiver's handler permits to the queue's `concurrency` as
+//! PostgreSQL is away; each read also re-asserts the queues' Redis pause keys, the barrier
+//! every claim checks, see `crate::queue_pause`), which queues have entries held back by that
+//! barrier ([`HeldByPause`]), resizing a receiver's handler permits to the queue's `concurrency` as
 //! reloads change it ([`Concurrency`]), the queue's rate limit (a window counted in Redis for
 //! every host together: [`RateLimiter`]), and when a queue's earliest retry is due
 //! ([`RetriesDue`]), so that a retry comes back when its log line said, not at the next
@@ -21,9 +23,11 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::config::RateLimit;
 use crate::fault;
+use crate::live_config::LiveConfig;
 use crate::queue::QueueKeys;
+use crate::queue_pause::reassert_pause_keys;
 use crate::reconnect::Backoff;
-use crate::store::{self, QUEUE_PAUSE_CHANNEL};
+use crate::store::QUEUE_PAUSE_CHANNEL;
 
 /// How often the pause table is re-read even without a notification (a lost `NOTIFY`, a
 /// listener reconnecting): a pause is seen within this much.
@@ -50,11 +54,13 @@ pub(super) struct QueuePauses {
 }
 
 impl QueuePauses {
-    /// Start following the pause table of `pool`.
-    pub(super) fn spawn(pool: PgPool) -> Self {
+    /// Start following the pause table of `pool`, re-asserting the pause keys of `keys` on
+    /// `conn` (for the handler-bound queues of `live`) at every read.
+    pub(super) fn spawn(pool: PgPool, conn: RedisConn, keys: QueueKeys, live: LiveConfig) -> Self {
         let (tx, rx) = watch::channel(PauseState::default());
         let gone = CancellationToken::new();
-        tokio::spawn(watch_pauses(pool, tx, gone.clone()));
+        let redis = PauseKeys { conn, keys, live };
+        tokio::spawn(watch_pauses(pool, redis, tx, gone.clone()));
         Self {
             state: rx,
             _watcher: Arc::new(gone.drop_guard()),
@@ -86,10 +92,22 @@ impl QueuePauses {
     }
 }
 
+/// Where [`watch_pauses`] re-asserts the pause keys, and for which queues.
+struct PauseKeys {
+    conn: RedisConn,
+    keys: QueueKeys,
+    live: LiveConfig,
+}
+
 /// Follow `outbox_queue_pause` until `gone`: read it on every notification and every
-/// [`PAUSE_POLL`], publishing each change (and the `outbox_queue_paused` gauge). While
-/// PostgreSQL is away the last state read stays in force.
-async fn watch_pauses(pool: PgPool, tx: watch::Sender<PauseState>, gone: CancellationToken) {
+/// [`PAUSE_POLL`] (re-asserting the Redis pause keys), publishing each change (and the
+/// `outbox_queue_paused` gauge). While PostgreSQL is away the last state read stays in force.
+async fn watch_pauses(
+    pool: PgPool,
+    redis: PauseKeys,
+    tx: watch::Sender<PauseState>,
+    gone: CancellationToken,
+) {
     let mut backoff = Backoff::new();
     let mut listener: Option<PgListener> = None;
     loop {
@@ -106,7 +124,8 @@ async fn watch_pauses(pool: PgPool, tx: watch::Sender<PauseState>, gone: Cancell
                 }
             }
         }
-        match store::paused_queues(&pool).await {
+        let consumed: Vec<String> = redis.live.routes.load().handlers.keys().cloned().collect();
+        match reassert_pause_keys(&pool, &redis.conn, &redis.keys, &consumed).await {
             Ok(rows) => {
                 if backoff.succeeded() {
                     tracing::info!("reading queue pauses again");
@@ -318,6 +337,35 @@ impl RateLimiter {
             .invoke_async(conn)
             .await?;
         Ok(())
+    }
+}
+
+/// The queues whose entries met the pause barrier here (their claim refused, or released,
+/// before the handler started): each waits pending for this process's consumer, and the
+/// queue's receiver recovers them once the queue's pause key is gone.
+#[derive(Debug, Default)]
+pub(super) struct HeldByPause {
+    queues: Mutex<BTreeSet<String>>,
+}
+
+impl HeldByPause {
+    /// An entry of `queue` was held back.
+    pub(super) fn note(&self, queue: &str) {
+        if let Ok(mut queues) = self.queues.lock() {
+            queues.insert(queue.to_string());
+        }
+    }
+
+    /// Whether an entry of `queue` was held back since the last [`clear`](Self::clear).
+    pub(super) fn holds(&self, queue: &str) -> bool {
+        self.queues.lock().is_ok_and(|q| q.contains(queue))
+    }
+
+    /// The held entries of `queue` are about to be recovered.
+    pub(super) fn clear(&self, queue: &str) {
+        if let Ok(mut queues) = self.queues.lock() {
+            queues.remove(queue);
+        }
     }
 }
 

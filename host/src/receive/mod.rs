@@ -4,8 +4,8 @@
 //! queues get a receiver ([`Receivers::run`]: one per handler-bound queue of the queue group,
 //! started and stopped as reloads change `[handlers]`, a stopped one reading nothing more so
 //! the queue's entries wait in the stream) and the life of one entry
-//! ([`Receivers::handle_entry`]: idempotency claim, handler while the claim is renewed,
-//! outcome with its receipt) here; the reading loop in `consume`; the atomic Redis outcome steps
+//! ([`Receivers::handle_entry`]: idempotency claim through the pause barrier, handler while
+//! the claim is renewed, outcome with its receipt) here; the reading loop in `consume`; the atomic Redis outcome steps
 //! (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker kept
 //! for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by the
 //! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
@@ -61,6 +61,7 @@ pub use outcomes::{Claim, Retry, Settled};
 pub use receipts::{write_receipts, HandlerRun, Receipt, RECEIPT_BATCH};
 
 use invoke::HandlerFailure;
+use outcomes::{Claimed, StartConfirmed};
 use receipts::ReceiptWriters;
 
 /// The built-in handler that calls a subscribed plugin's hook (`plugin.invoke.*` jobs).
@@ -107,6 +108,10 @@ pub enum HandledAs {
     Duplicate,
     /// Another consumer is running it right now; left for the lease.
     Busy,
+    /// The queue was paused before its handler started (its pause key was set, see
+    /// `crate::queue_pause`): nothing ran, no attempt was counted, any claim was released, and
+    /// the entry stays pending for this consumer, which runs it once the queue resumes.
+    Paused,
     /// This consumer's claim lapsed while the handler ran and another consumer owns the entry
     /// now: the handler's outcome was discarded, the marker and the entry left untouched.
     LostClaim,
@@ -122,6 +127,8 @@ pub(super) enum ClaimAhead {
     Held(Claim),
     /// The marker exists (someone runs or ran this handler on the event); names the handler.
     Refused(String),
+    /// The queue is paused: nothing was claimed; names the handler.
+    Paused(String),
     /// The claim's step failed and may or may not have been applied: the task claims again
     /// with the same owner token, so it recognises its own marker.
     Unknown(Claim),
@@ -133,7 +140,7 @@ impl ClaimAhead {
         match self {
             ClaimAhead::NotTried => None,
             ClaimAhead::Held(claim) | ClaimAhead::Unknown(claim) => Some(claim.handler()),
-            ClaimAhead::Refused(handler) => Some(handler),
+            ClaimAhead::Refused(handler) | ClaimAhead::Paused(handler) => Some(handler),
         }
     }
 }
@@ -163,6 +170,8 @@ pub struct Receivers {
     rate_limiter: Arc<controls::RateLimiter>,
     /// When each queue's next retry scheduled here is due.
     retries_due: Arc<controls::RetriesDue>,
+    /// The queues with entries held back here by the pause barrier.
+    held_by_pause: Arc<controls::HeldByPause>,
     /// Queue -> receiver loops running on it in this process.
     receiving: Arc<Mutex<BTreeMap<String, usize>>>,
 }
@@ -220,7 +229,12 @@ impl Receivers {
         ));
         let keys = QueueKeys::from_settings(&settings);
         let consumer = consumer.into();
-        let pauses = controls::QueuePauses::spawn(pool.clone());
+        let pauses = controls::QueuePauses::spawn(
+            pool.clone(),
+            conn.clone(),
+            QueueKeys::from_settings(&settings),
+            live.clone(),
+        );
         let receipts = Arc::new(ReceiptWriters::new(
             pool,
             redis.clone(),
@@ -247,6 +261,7 @@ impl Receivers {
             pauses,
             rate_limiter: Arc::new(controls::RateLimiter::new()),
             retries_due: Arc::default(),
+            held_by_pause: Arc::default(),
             receiving: Arc::default(),
         })
     }
@@ -411,17 +426,19 @@ impl Receivers {
                 .await;
         };
         let claimed = match ahead {
-            ClaimAhead::Held(claim) => Ok(Some(claim)),
-            ClaimAhead::Refused(_) => Ok(None),
-            ClaimAhead::Unknown(claim) => self.claim_through_blips(claim, true).await,
+            ClaimAhead::Held(claim) => Ok(Claimed::Held(claim)),
+            ClaimAhead::Refused(_) => Ok(Claimed::Refused),
+            ClaimAhead::Paused(_) => Ok(Claimed::Paused),
+            ClaimAhead::Unknown(claim) => self.claim_through_blips(claim).await,
             ClaimAhead::NotTried => {
-                self.claim_through_blips(self.new_claim(queue, &handler, event_id), false)
+                self.claim_through_blips(self.new_claim(queue, &handler, event_id))
                     .await
             }
         };
-        let claim = match claimed {
-            Ok(Some(claim)) => claim,
-            Ok(None) => {
+        let mut claim = match claimed {
+            Ok(Claimed::Held(claim)) => claim,
+            Ok(Claimed::Paused) => return self.held_back_by_pause(queue, event_id),
+            Ok(Claimed::Refused) => {
                 if self.already_done(queue, &handler, event_id).await {
                     let acked = retry_blips(
                         "acknowledge a duplicate",
@@ -462,6 +479,22 @@ impl Receivers {
                 .await;
             metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
             return handled;
+        }
+        // The pause barrier: a claim granted longer ago than the fence a pause waits for is
+        // confirmed first (the queue may have been paused since).
+        if !claim.may_start_unconfirmed() {
+            match self.confirm_start_through_blips(&mut claim).await {
+                Ok(StartConfirmed::Start) => {}
+                Ok(StartConfirmed::Paused) => return self.held_back_by_pause(queue, event_id),
+                Ok(StartConfirmed::Lost) => {
+                    tracing::warn!(%queue, event_id, %handler, "the claim lapsed before its handler started; the entry is left to its new owner");
+                    return HandledAs::LostClaim;
+                }
+                Err(e) => {
+                    tracing::warn!(%queue, event_id, error = %e, "cannot confirm the claim before its handler starts (is the queue paused?); the entry stays pending");
+                    return HandledAs::Busy;
+                }
+            }
         }
         // One span per handler run, a child of the event's producer (the entry's traceparent);
         // the host calls' spans and the children's traceparent come from it.
@@ -520,6 +553,15 @@ impl Receivers {
 }
 
 impl Receivers {
+    /// An entry of `queue` met the pause barrier before its handler started: it stays pending
+    /// here, and its receiver recovers it once the queue's pause key is gone.
+    fn held_back_by_pause(&self, queue: &str, event_id: i64) -> HandledAs {
+        tracing::debug!(%queue, event_id, "queue paused before the handler started; the entry waits pending for the resume");
+        self.held_by_pause.note(queue);
+        metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&HandledAs::Paused)).increment(1);
+        HandledAs::Paused
+    }
+
     /// The versions `handler` declares when it does not support `entry`'s event version
     /// (`None`: it does, or declares nothing, or is the host's own plugin-invoke handler).
     fn unsupported_version(&self, handler: &str, entry: &QueueEntry) -> Option<String> {
@@ -539,6 +581,7 @@ fn handled_label(h: &HandledAs) -> &'static str {
         HandledAs::SkippedVersion => outcomes::RESULT_SKIPPED_VERSION,
         HandledAs::Duplicate => "duplicate",
         HandledAs::Busy => "busy",
+        HandledAs::Paused => "paused",
         HandledAs::LostClaim => "lost_claim",
     }
 }

@@ -1,7 +1,9 @@
 //! Outcomes: recording what became of one entry in Redis, atomically, by the claim's owner.
 //!
 //! Owns the idempotency claim ([`Claim`]: `SET NX PX` of the handled marker to
-//! `running:<owner token>`, a token unique per claim), its renewal while the handler runs
+//! `running:<owner token>`, a token unique per claim, refused while the queue's pause key
+//! exists: the pause barrier, see `crate::queue_pause`; and confirming, right before its
+//! handler starts, a claim older than [`PAUSE_START_FENCE`]), its renewal while the handler runs
 //! (`PEXPIRE` of the marker and `XCLAIM` of the entry, every third of the receiver lease), and
 //! the three outcome scripts: ok (a `done` marker, then `XACK`), retry (into the retry set,
 //! marker cleared, `XACK`) and dead letter (into the dead-letter stream, marker cleared,
@@ -15,6 +17,7 @@
 //! PostgreSQL.
 
 use std::convert::Infallible;
+use std::time::Instant;
 
 use crate::redis_conn::RedisConn;
 use redis::AsyncCommands;
@@ -25,10 +28,54 @@ use super::{
     blips, ctx, ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP,
 };
 use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
+use crate::queue_pause::PAUSE_START_FENCE;
 use crate::reconnect::retry_blips;
 
 /// What every guarded script returns when the marker no longer holds the caller's token.
 const LOST: i64 = -1;
+
+/// What the claim scripts return when the queue's pause key exists.
+const PAUSED: i64 = -2;
+
+/// Claim entries of one queue unless it is paused: KEYS[1] the queue's pause key, then per
+/// claim KEYS[i + 1] its handled marker; ARGV[1] the receiver lease (ms), then per claim
+/// ARGV[i + 1] its owner's marker value. While the pause key exists nothing is claimed, every
+/// marker already holding its owner's value (an earlier try whose reply was lost) is released,
+/// and the reply is {-2}. Otherwise, per claim: 1 when the marker was set (`SET NX PX`) or
+/// already holds the owner's value, 0 when it holds another's.
+const CLAIM_LUA: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  for i = 2, #KEYS do
+    if redis.call('GET', KEYS[i]) == ARGV[i] then redis.call('DEL', KEYS[i]) end
+  end
+  return {-2}
+end
+local replies = {}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], ARGV[i], 'NX', 'PX', ARGV[1]) then
+    replies[i - 1] = 1
+  elseif redis.call('GET', KEYS[i]) == ARGV[i] then
+    replies[i - 1] = 1
+  else
+    replies[i - 1] = 0
+  end
+end
+return replies
+"#;
+
+/// Confirm a claim right before its handler starts: KEYS[1] the queue's pause key, KEYS[2] the
+/// handled marker; ARGV[1] the owner's marker value. While the pause key exists: release the
+/// marker if it holds ARGV[1], return -2. Otherwise 1 when the marker holds ARGV[1], -1 (lost)
+/// when not.
+const CONFIRM_START_LUA: &str = r#"
+local mine = redis.call('GET', KEYS[2]) == ARGV[1]
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if mine then redis.call('DEL', KEYS[2]) end
+  return -2
+end
+if mine then return 1 end
+return -1
+"#;
 
 /// Ack entries with a `done` marker, any number in one step: KEYS[1] receipts stream, then per
 /// entry KEYS[2i] marker and KEYS[2i+1] stream; ARGV[1] group, ARGV[2] done marker value,
@@ -101,8 +148,10 @@ redis.pcall('XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
 return 1
 "#;
 
-/// The outcome and renewal scripts, loaded once per process.
+/// The claim, outcome and renewal scripts, loaded once per process.
 pub(super) struct OutcomeScripts {
+    claim: redis::Script,
+    confirm_start: redis::Script,
     finish: redis::Script,
     retry: redis::Script,
     dead: redis::Script,
@@ -113,6 +162,8 @@ impl OutcomeScripts {
     /// The scripts (Redis loads them on first use).
     pub(super) fn new() -> Self {
         Self {
+            claim: redis::Script::new(CLAIM_LUA),
+            confirm_start: redis::Script::new(CONFIRM_START_LUA),
             finish: redis::Script::new(FINISH_LUA),
             retry: redis::Script::new(RETRY_LUA),
             dead: redis::Script::new(DEAD_LUA),
@@ -131,6 +182,9 @@ pub struct Claim {
     event_id: i64,
     marker: String,
     owner: String,
+    /// Until when its handler may start without confirming the claim: [`PAUSE_START_FENCE`]
+    /// after the claim was first sent (its check of the pause key ran after that).
+    start_by: Instant,
 }
 
 impl Claim {
@@ -154,15 +208,37 @@ impl Claim {
         &self.owner
     }
 
-    /// The handled marker's key.
-    pub(super) fn marker(&self) -> &str {
-        &self.marker
-    }
-
     /// The handled marker's value while this claim holds it.
     pub(super) fn marker_value(&self) -> String {
         marker_running(&self.owner)
     }
+
+    /// Whether its handler may start now without confirming the claim first.
+    pub(super) fn may_start_unconfirmed(&self) -> bool {
+        Instant::now() < self.start_by
+    }
+}
+
+/// What a claim made through the pause barrier found.
+#[derive(Debug)]
+pub(super) enum Claimed {
+    /// Made: this consumer runs the handler.
+    Held(Claim),
+    /// The marker holds another claim (someone runs or ran this handler on the event).
+    Refused,
+    /// The queue is paused: nothing was claimed (and a claim of an earlier try released).
+    Paused,
+}
+
+/// What confirming a claim right before its handler starts found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StartConfirmed {
+    /// The claim holds and the queue is not paused: the handler starts.
+    Start,
+    /// The queue was paused meanwhile: the claim was released, the handler does not start.
+    Paused,
+    /// The claim is no longer this consumer's.
+    Lost,
 }
 
 /// What an outcome script did with a claim.
@@ -185,10 +261,11 @@ impl Settled {
 }
 
 impl Receivers {
-    /// The idempotency claim of (`handler`, `event_id`) on `queue` for this consumer: set the handled
-    /// marker to `running:<owner token>` (a token new for this claim) for the receiver lease
-    /// unless it exists. `Some`: this consumer runs the handler, and records its outcome with
-    /// the claim; `None`: someone runs it or ran it (see the marker).
+    /// The idempotency claim of (`handler`, `event_id`) on `queue` for this consumer: set the
+    /// handled marker to `running:<owner token>` (a token new for this claim) for the receiver
+    /// lease unless it exists or the queue's pause key does. `Some`: this consumer runs the
+    /// handler, and records its outcome with the claim; `None`: someone runs it or ran it (see
+    /// the marker), or the queue is paused.
     pub async fn claim_entry(
         &self,
         queue: &str,
@@ -196,26 +273,66 @@ impl Receivers {
         event_id: i64,
     ) -> Result<Option<Claim>, ReceiveError> {
         let claim = self.new_claim(queue, handler, event_id);
-        let set: Option<String> = ctx(
-            redis::cmd("SET")
-                .arg(&claim.marker)
-                .arg(claim.marker_value())
-                .arg("NX")
-                .arg("PX")
+        match self.claim_once(claim).await? {
+            Claimed::Held(claim) => Ok(Some(claim)),
+            Claimed::Refused | Claimed::Paused => Ok(None),
+        }
+    }
+
+    /// Make `claim` through the pause barrier ([`CLAIM_LUA`]): one try.
+    pub(super) async fn claim_once(&self, claim: Claim) -> Result<Claimed, ReceiveError> {
+        let replies: Vec<i64> = ctx(
+            self.scripts
+                .claim
+                .key(self.keys.paused(&claim.queue))
+                .key(&claim.marker)
                 .arg(self.lease_ms())
-                .query_async(&mut self.conn.clone())
+                .arg(claim.marker_value())
+                .invoke_async(&mut self.conn.clone())
                 .await,
             || format!("idempotency claim {}", claim.marker),
         )?;
-        Ok(set.map(|_| claim))
+        Ok(match replies.first() {
+            Some(&PAUSED) => Claimed::Paused,
+            Some(1) => Claimed::Held(claim),
+            _ => Claimed::Refused,
+        })
+    }
+
+    /// Confirm `claim` right before its handler starts (it is older than
+    /// [`PAUSE_START_FENCE`]): see [`StartConfirmed`]. Confirmed, it may start unconfirmed for
+    /// another fence.
+    pub(super) async fn confirm_start(
+        &self,
+        claim: &mut Claim,
+    ) -> Result<StartConfirmed, ReceiveError> {
+        let sent = Instant::now();
+        let reply: i64 = ctx(
+            self.scripts
+                .confirm_start
+                .key(self.keys.paused(&claim.queue))
+                .key(&claim.marker)
+                .arg(claim.marker_value())
+                .invoke_async(&mut self.conn.clone())
+                .await,
+            || format!("confirm the claim {}", claim.marker),
+        )?;
+        Ok(match reply {
+            1 => {
+                claim.start_by = sent + PAUSE_START_FENCE;
+                StartConfirmed::Start
+            }
+            PAUSED => StartConfirmed::Paused,
+            _ => StartConfirmed::Lost,
+        })
     }
 
     /// The idempotency claims of `handler` on the events of `entries` for this consumer, in
-    /// one round trip (a pipeline of [`claim_entry`](Self::claim_entry)'s `SET NX PX`), one
-    /// answer per entry in order. An entry without an event id is left to its task
-    /// ([`ClaimAhead::NotTried`]: it is dead-lettered there); when the round trip fails, every
-    /// claim's effect is unknown ([`ClaimAhead::Unknown`]: the task claims again with the same
-    /// owner token).
+    /// one round trip (one [`CLAIM_LUA`] over every entry's marker, refused together while the
+    /// queue is paused), one answer per entry in order. An entry without an event id is left to
+    /// its task ([`ClaimAhead::NotTried`]: it is dead-lettered there); when the round trip
+    /// fails, every claim's effect is unknown ([`ClaimAhead::Unknown`]: the task claims again
+    /// with the same owner token).
     pub(super) async fn claim_ahead(
         &self,
         queue: &str,
@@ -230,28 +347,24 @@ impl Receivers {
                     .map(|id| self.new_claim(queue, handler, id))
             })
             .collect();
-        let mut pipe = redis::pipe();
-        for claim in claims.iter().flatten() {
-            pipe.cmd("SET")
-                .arg(&claim.marker)
-                .arg(claim.marker_value())
-                .arg("NX")
-                .arg("PX")
-                .arg(self.lease_ms());
-        }
-        let answers: redis::RedisResult<Vec<Option<String>>> = if pipe.is_empty() {
+        let tried = claims.iter().flatten().count();
+        let answers: redis::RedisResult<Vec<i64>> = if tried == 0 {
             Ok(Vec::new())
         } else {
-            pipe.query_async(&mut self.conn.clone()).await
-        };
-        let mut answers = match answers {
-            Ok(answers) if answers.len() == claims.iter().flatten().count() => {
-                Some(answers.into_iter())
+            let mut invocation = self.scripts.claim.key(self.keys.paused(queue));
+            invocation.arg(self.lease_ms());
+            for claim in claims.iter().flatten() {
+                invocation.key(&claim.marker).arg(claim.marker_value());
             }
+            invocation.invoke_async(&mut self.conn.clone()).await
+        };
+        let paused = matches!(answers.as_deref(), Ok([PAUSED]));
+        let mut answers = match answers {
+            Ok(answers) if paused || answers.len() == tried => Some(answers.into_iter()),
             Ok(_) => None,
             Err(e) => {
                 if let Some(blip) = crate::fault::redis_blip(&e) {
-                    blip.count_retries(blips::STAGE, claims.iter().flatten().count() as u64);
+                    blip.count_retries(blips::STAGE, tried as u64);
                 }
                 tracing::warn!(handler, entries = entries.len(), error = %e, "claiming a read's entries together failed; each entry claims again on its own");
                 None
@@ -261,10 +374,11 @@ impl Receivers {
             .into_iter()
             .map(|claim| match (claim, answers.as_mut()) {
                 (None, _) => ClaimAhead::NotTried,
+                (Some(_), Some(_)) if paused => ClaimAhead::Paused(handler.to_string()),
                 (Some(claim), None) => ClaimAhead::Unknown(claim),
                 (Some(claim), Some(answers)) => match answers.next() {
-                    Some(Some(_)) => ClaimAhead::Held(claim),
-                    Some(None) => ClaimAhead::Refused(handler.to_string()),
+                    Some(1) => ClaimAhead::Held(claim),
+                    Some(_) => ClaimAhead::Refused(handler.to_string()),
                     None => ClaimAhead::Unknown(claim),
                 },
             })
@@ -280,6 +394,7 @@ impl Receivers {
             event_id,
             marker: self.keys.handled_marker(queue, handler, event_id),
             owner: claim_owner(&self.consumer, rand::random()),
+            start_by: Instant::now() + PAUSE_START_FENCE,
         }
     }
 

@@ -2,13 +2,16 @@
 //!
 //! Owns `outbox_operator` (a name, a role — `admin` may repair, `viewer` may read — and the
 //! SHA-256 of a token shown once when it is made) and `outbox_audit` (one row per destructive
-//! command run: who, what, with which arguments, dry run or not, rows affected). It never
-//! stores or logs a token itself, and it never lets a refused operator through: every failure
-//! to identify or authorize is an [`AccessError`] saying why and what to do.
+//! command run: who, what, with which arguments, dry run or not, rows affected). An operator
+//! command that changes the operators does its checks, its change and its audit row in one
+//! transaction holding [`lock_operators`], so two at once cannot both bootstrap a first admin
+//! or revoke the last two admins, and no change is kept without its audit row. It never stores
+//! or logs a token itself, and it never lets a refused operator through: every failure to
+//! identify or authorize is an [`AccessError`] saying why and what to do.
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 use super::{Context, StoreError};
 
@@ -115,7 +118,23 @@ pub async fn authorize(
     needed: Role,
     command: &str,
 ) -> Result<Operator, AccessError> {
-    if !operators_exist(pool).await? {
+    let mut conn = pool.acquire().await.context("identify the operator")?;
+    authorize_on(&mut conn, token, needed, command).await
+}
+
+/// [`authorize`] on `conn` (inside the caller's transaction, so the answer holds until it
+/// commits when the caller holds [`lock_operators`]).
+async fn authorize_on(
+    conn: &mut PgConnection,
+    token: Option<&str>,
+    needed: Role,
+    command: &str,
+) -> Result<Operator, AccessError> {
+    let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox_operator)")
+        .fetch_one(&mut *conn)
+        .await
+        .context("look for operators")?;
+    if !any {
         return Err(AccessError::NoOperators);
     }
     let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) else {
@@ -128,7 +147,7 @@ pub async fn authorize(
         "SELECT name, role FROM outbox_operator WHERE token_sha256 = $1 AND revoked_at IS NULL",
     )
     .bind(token_hash(token))
-    .fetch_optional(pool)
+    .fetch_optional(&mut *conn)
     .await
     .context("identify the operator")?;
     let Some(row) = row else {
@@ -147,10 +166,150 @@ pub async fn authorize(
     Ok(Operator { name, role })
 }
 
-/// Add operator `name` with `role`, made by `by`; returns its token, which is not stored and
-/// cannot be shown again.
+/// Take the lock that serializes every change of the operators, in the transaction on `conn`
+/// until it ends: `SHARE ROW EXCLUSIVE` on `outbox_operator`, which conflicts with itself and
+/// with every write of the table but not with reads (tokens keep being checked meanwhile).
+pub async fn lock_operators(conn: &mut PgConnection) -> Result<(), StoreError> {
+    sqlx::query("LOCK TABLE outbox_operator IN SHARE ROW EXCLUSIVE MODE")
+        .execute(conn)
+        .await
+        .context("lock the operators")?;
+    Ok(())
+}
+
+/// Who made a new operator: the admin whose token was given, or nobody (the first operator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedOperator {
+    /// The new operator's token, shown once: it is not stored and cannot be shown again.
+    pub token: String,
+    /// Who added it: an admin's name, or `bootstrap` for the first operator.
+    pub by: String,
+}
+
+/// `outbox operator add`: add operator `name` with `role` as the holder of `token`, with its
+/// audit row, in one transaction holding [`lock_operators`]. While no operator exists (checked
+/// under the lock) the first one needs no token and must be an admin (it is audited as itself,
+/// made by `bootstrap`); once one exists, `token` must be an admin's. Of several adds racing on
+/// an empty table exactly one bootstraps; the others are refused like any add without an
+/// admin's token. Nothing is kept unless the audit row is.
+pub async fn add_operator_audited(
+    pool: &PgPool,
+    token: Option<&str>,
+    name: &str,
+    role: Role,
+) -> Result<AddedOperator, AccessError> {
+    let mut tx = pool.begin().await.context("begin adding an operator")?;
+    lock_operators(&mut tx).await?;
+    let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox_operator)")
+        .fetch_one(&mut *tx)
+        .await
+        .context("look for operators")?;
+    let (by, auditor) = if any {
+        let admin = authorize_on(&mut tx, token, Role::Admin, "operator add").await?;
+        (admin.name.clone(), admin)
+    } else {
+        if role != Role::Admin {
+            return Err(AccessError::Invalid(format!(
+                "no operator exists yet: the first one must be an admin (`outbox operator add {name} --role admin`)"
+            )));
+        }
+        let first = Operator {
+            name: name.to_string(),
+            role,
+        };
+        (BOOTSTRAP.to_string(), first)
+    };
+    let token = insert_operator(&mut tx, name, role, &by).await?;
+    record_audit(
+        &mut *tx,
+        &auditor,
+        "operator add",
+        &serde_json::json!({ "name": name, "role": role }),
+        false,
+        1,
+    )
+    .await?;
+    tx.commit().await.context(format!("add operator {name}"))?;
+    Ok(AddedOperator { token, by })
+}
+
+/// Who made the first operator, as `created_by` and [`AddedOperator::by`] say.
+pub const BOOTSTRAP: &str = "bootstrap";
+
+/// `outbox operator revoke`: revoke operator `name` as the holder of `token` (an admin's), with
+/// its audit row, in one transaction holding [`lock_operators`]. The last active admin is never
+/// revoked: checked under the lock, so two admins revoking each other at once leave one. Nothing
+/// is kept unless the audit row is.
+pub async fn revoke_operator_audited(
+    pool: &PgPool,
+    token: Option<&str>,
+    name: &str,
+) -> Result<(), AccessError> {
+    let mut tx = pool.begin().await.context("begin revoking an operator")?;
+    lock_operators(&mut tx).await?;
+    let admin = authorize_on(&mut tx, token, Role::Admin, "operator revoke").await?;
+    let role: Option<String> = sqlx::query_scalar(
+        "SELECT role FROM outbox_operator WHERE name = $1 AND revoked_at IS NULL",
+    )
+    .bind(name)
+    .fetch_optional(&mut *tx)
+    .await
+    .context(format!("look up operator {name}"))?;
+    let Some(role) = role else {
+        return Err(AccessError::Invalid(format!(
+            "no active operator named {name} (nothing was changed)"
+        )));
+    };
+    if role == Role::Admin.as_str() {
+        let other_admins: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM outbox_operator
+             WHERE role = 'admin' AND revoked_at IS NULL AND name <> $1",
+        )
+        .bind(name)
+        .fetch_one(&mut *tx)
+        .await
+        .context("count the other admins")?;
+        if other_admins == 0 {
+            return Err(AccessError::Invalid(format!(
+                "{name} is the last admin: add another admin before revoking it (nothing was changed)"
+            )));
+        }
+    }
+    revoke_operator(&mut *tx, name).await?;
+    record_audit(
+        &mut *tx,
+        &admin,
+        "operator revoke",
+        &serde_json::json!({ "name": name }),
+        false,
+        1,
+    )
+    .await?;
+    tx.commit()
+        .await
+        .context(format!("revoke operator {name}"))?;
+    Ok(())
+}
+
+/// Add operator `name` with `role`, made by `by`, without any check of who asks or audit row
+/// (seeding; the `operator add` command is [`add_operator_audited`]); returns its token, which
+/// is not stored and cannot be shown again.
 pub async fn add_operator(
     pool: &PgPool,
+    name: &str,
+    role: Role,
+    by: &str,
+) -> Result<String, AccessError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .context(format!("add operator {name}"))?;
+    insert_operator(&mut conn, name, role, by).await
+}
+
+/// Insert operator `name` on `conn`; its new token.
+async fn insert_operator(
+    conn: &mut PgConnection,
     name: &str,
     role: Role,
     by: &str,
@@ -174,7 +333,7 @@ pub async fn add_operator(
     .bind(role.as_str())
     .bind(token_hash(&token))
     .bind(by)
-    .execute(pool)
+    .execute(conn)
     .await
     .context(format!("add operator {name}"))?;
     if added.rows_affected() == 0 {
@@ -220,14 +379,18 @@ pub async fn list_operators(pool: &PgPool) -> Result<Vec<OperatorInfo>, StoreErr
         .collect())
 }
 
-/// Revoke operator `name`: its token stops working at once. False when there is no such
+/// Revoke operator `name` without any check or audit row (the `operator revoke` command is
+/// [`revoke_operator_audited`]): its token stops working at once. False when there is no such
 /// operator or it was revoked already.
-pub async fn revoke_operator(pool: &PgPool, name: &str) -> Result<bool, StoreError> {
+pub async fn revoke_operator<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    name: &str,
+) -> Result<bool, StoreError> {
     let revoked = sqlx::query(
         "UPDATE outbox_operator SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL",
     )
     .bind(name)
-    .execute(pool)
+    .execute(executor)
     .await
     .context(format!("revoke operator {name}"))?;
     Ok(revoked.rows_affected() == 1)
@@ -251,8 +414,8 @@ pub struct AuditEntry {
 }
 
 /// Record that `operator` ran `command` with `arguments`.
-pub async fn record_audit(
-    pool: &PgPool,
+pub async fn record_audit<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
     operator: &Operator,
     command: &str,
     arguments: &serde_json::Value,
@@ -268,13 +431,40 @@ pub async fn record_audit(
     .bind(arguments)
     .bind(dry_run)
     .bind(rows_affected.min(i64::MAX as u64) as i64)
-    .execute(pool)
+    .execute(executor)
     .await
     .context(format!(
         "record {command} by {} in the audit trail",
         operator.name
     ))?;
     Ok(())
+}
+
+/// `outbox release --worker ID`: give back the claims of host `worker`
+/// ([`release_claims`](super::release_claims)) and write its audit row (with `force`, as the
+/// operator asked), in one transaction: nothing is released unless the audit row is written.
+/// Returns how many claims were released.
+pub async fn release_claims_audited(
+    pool: &PgPool,
+    operator: &Operator,
+    worker: &str,
+    force: bool,
+) -> Result<u64, StoreError> {
+    let mut tx = pool.begin().await.context("begin a release")?;
+    let released = super::release_claims(&mut *tx, worker).await?;
+    record_audit(
+        &mut *tx,
+        operator,
+        "release",
+        &serde_json::json!({ "worker": worker, "force": force }),
+        false,
+        released,
+    )
+    .await?;
+    tx.commit()
+        .await
+        .context(format!("release the claims of {worker}"))?;
+    Ok(released)
 }
 
 /// The audit trail, newest first, at most `limit` entries.

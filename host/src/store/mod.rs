@@ -535,7 +535,10 @@ pub async fn record_outcomes(
 
 /// Give back rows this worker still holds (shutdown past the grace period): they become
 /// claimable at once, with the attempt that never finished not counted.
-pub async fn release_claims(pool: &PgPool, worker_id: &str) -> Result<u64, StoreError> {
+pub async fn release_claims<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    worker_id: &str,
+) -> Result<u64, StoreError> {
     Ok(sqlx::query(
         r#"
         UPDATE outbox_event
@@ -545,7 +548,7 @@ pub async fn release_claims(pool: &PgPool, worker_id: &str) -> Result<u64, Store
         "#,
     )
     .bind(worker_id)
-    .execute(pool)
+    .execute(executor)
     .await
     .context(format!("release claims of worker {worker_id}"))?
     .rows_affected())

@@ -1,14 +1,21 @@
 //! Queue controls kept in PostgreSQL: which queues are paused, since when, by whom and why.
 //!
 //! Owns the `outbox_queue_pause` table (a row per paused queue; its trigger notifies
-//! [`QUEUE_PAUSE_CHANNEL`] on every change). It never checks a queue name against the routes
-//! (the caller does, with the routes file it has) and never talks to Redis: the receivers read
-//! this table and stop reading a paused queue themselves.
+//! [`QUEUE_PAUSE_CHANNEL`] on every change) and the pause lock ([`PauseLock`]: a transaction
+//! holding the advisory lock [`PAUSE_LOCK`], exclusive for an operator's pause or resume and its
+//! audit row, shared for a host re-reading the table), which keeps each pause row and the
+//! Redis pause key that `crate::queue_pause` keeps beside it changing in one order. It never
+//! checks a queue name against the routes (the caller does, with the routes file it has) and
+//! never talks to Redis itself: the caller does, while it holds the lock.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Row};
+use sqlx::{PgExecutor, PgPool, Postgres, Row, Transaction};
 
-use super::{Context, StoreError};
+use super::{record_audit, Context, Operator, StoreError};
+
+/// The advisory lock key that orders changes of the pause rows with the Redis pause keys:
+/// taken exclusively by a pause or resume, shared by the hosts' re-reads of the table.
+pub const PAUSE_LOCK: i64 = 0x6f75_7462_6f78_0002;
 
 /// The channel the table's trigger notifies with the queue's name on every pause and resume.
 pub const QUEUE_PAUSE_CHANNEL: &str = "outbox_queue_pause";
@@ -32,8 +39,8 @@ pub struct QueuePause {
 /// Pause `queue` (by `operator`, for `reason`: blank is none; the table refuses one longer than
 /// [`MAX_PAUSE_REASON_CHARS`]). False when it was paused already (the first pause's time,
 /// operator and reason stay).
-pub async fn pause_queue(
-    pool: &PgPool,
+pub async fn pause_queue<'e>(
+    executor: impl PgExecutor<'e>,
     queue: &str,
     operator: &str,
     reason: Option<&str>,
@@ -46,7 +53,7 @@ pub async fn pause_queue(
     .bind(queue)
     .bind(operator)
     .bind(reason)
-    .execute(pool)
+    .execute(executor)
     .await
     .context(format!("pause {queue}"))?
     .rows_affected();
@@ -54,10 +61,13 @@ pub async fn pause_queue(
 }
 
 /// Resume `queue`. False when it was not paused.
-pub async fn resume_queue(pool: &PgPool, queue: &str) -> Result<bool, StoreError> {
+pub async fn resume_queue<'e>(
+    executor: impl PgExecutor<'e>,
+    queue: &str,
+) -> Result<bool, StoreError> {
     let deleted = sqlx::query("DELETE FROM outbox_queue_pause WHERE queue = $1")
         .bind(queue)
-        .execute(pool)
+        .execute(executor)
         .await
         .context(format!("resume {queue}"))?
         .rows_affected();
@@ -65,11 +75,13 @@ pub async fn resume_queue(pool: &PgPool, queue: &str) -> Result<bool, StoreError
 }
 
 /// Every paused queue, by name.
-pub async fn paused_queues(pool: &PgPool) -> Result<Vec<QueuePause>, StoreError> {
+pub async fn paused_queues<'e>(
+    executor: impl PgExecutor<'e>,
+) -> Result<Vec<QueuePause>, StoreError> {
     let rows = sqlx::query(
         "SELECT queue, paused_at, paused_by, reason FROM outbox_queue_pause ORDER BY queue",
     )
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await
     .context("read the paused queues")?;
     Ok(rows
@@ -81,4 +93,82 @@ pub async fn paused_queues(pool: &PgPool) -> Result<Vec<QueuePause>, StoreError>
             reason: row.get("reason"),
         })
         .collect())
+}
+
+/// A transaction holding the pause lock ([`PAUSE_LOCK`]): what it changes and the Redis work
+/// its holder does before [`commit`](Self::commit) happen as one step for every other holder.
+/// Dropped without a commit, it changes nothing.
+pub struct PauseLock {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl PauseLock {
+    /// Begin a transaction holding the lock exclusively (an operator's pause or resume): waits
+    /// for the holders before it.
+    pub async fn exclusive(pool: &PgPool) -> Result<Self, StoreError> {
+        Self::begin(pool, "SELECT pg_advisory_xact_lock($1)").await
+    }
+
+    /// Begin a transaction holding the lock shared (a host re-reading the pauses): any number
+    /// at once, none while a pause or resume holds it.
+    pub async fn shared(pool: &PgPool) -> Result<Self, StoreError> {
+        Self::begin(pool, "SELECT pg_advisory_xact_lock_shared($1)").await
+    }
+
+    async fn begin(pool: &PgPool, lock: &'static str) -> Result<Self, StoreError> {
+        let mut tx = pool.begin().await.context("begin a queue pause change")?;
+        sqlx::query(lock)
+            .bind(PAUSE_LOCK)
+            .execute(&mut *tx)
+            .await
+            .context("take the queue pause lock")?;
+        Ok(Self { tx })
+    }
+
+    /// [`pause_queue`] in this transaction.
+    pub async fn pause(
+        &mut self,
+        queue: &str,
+        operator: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        pause_queue(&mut *self.tx, queue, operator, reason).await
+    }
+
+    /// [`resume_queue`] in this transaction.
+    pub async fn resume(&mut self, queue: &str) -> Result<bool, StoreError> {
+        resume_queue(&mut *self.tx, queue).await
+    }
+
+    /// [`paused_queues`] in this transaction.
+    pub async fn paused_queues(&mut self) -> Result<Vec<QueuePause>, StoreError> {
+        paused_queues(&mut *self.tx).await
+    }
+
+    /// [`record_audit`] in this transaction: committed with the change, or not at all.
+    pub async fn record_audit(
+        &mut self,
+        operator: &Operator,
+        command: &str,
+        arguments: &serde_json::Value,
+        rows_affected: u64,
+    ) -> Result<(), StoreError> {
+        record_audit(
+            &mut *self.tx,
+            operator,
+            command,
+            arguments,
+            false,
+            rows_affected,
+        )
+        .await
+    }
+
+    /// Commit the change (and release the lock).
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx
+            .commit()
+            .await
+            .context("commit a queue pause change")
+    }
 }
