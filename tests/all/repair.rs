@@ -388,3 +388,79 @@ async fn requeue_of_one_fan_out_destination_does_not_redo_the_destination_that_s
     assert_eq!(env.event_ids("outbox.search-index").await, vec![id]);
     env.cleanup().await;
 }
+
+/// `n` failed `mail.welcome` rows.
+async fn failed_rows(env: &TestEnv, n: i64) {
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status, attempts, last_error)
+         SELECT 'mail.welcome', jsonb_build_object('n', g), 'failed', 6, 'smtp refused'
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(&env.pool)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_repair_whose_audit_row_cannot_be_written_changes_nothing(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    failed_rows(&env, 10).await;
+    sqlx::query(
+        "ALTER TABLE outbox_audit ADD CONSTRAINT test_refuses_requeue CHECK (command <> 'requeue')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let plan = plan_repair(
+        &env.pool,
+        RepairAction::Requeue,
+        &by_prefix("mail."),
+        None,
+        DAY,
+    )
+    .await
+    .unwrap();
+    assert_eq!(plan.ids.len(), 10);
+    let refused = apply_repair(&env.pool, &plan, "tester", &json!({"limit": null}), |_| {}).await;
+    assert!(refused.is_err(), "the repair fails with its audit row");
+    assert_eq!(env.count("failed").await, 10, "no row changed unaudited");
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event_history")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(history, 0, "no history row without the audit row");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_repair_in_several_batches_keeps_one_audit_row_counting_every_committed_row(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    failed_rows(&env, 2500).await;
+    let plan = plan_repair(
+        &env.pool,
+        RepairAction::Cancel,
+        &by_prefix("mail."),
+        None,
+        DAY,
+    )
+    .await
+    .unwrap();
+    let arguments = json!({"filter": {"type_prefix": "mail."}});
+    let report = apply_repair(&env.pool, &plan, "ada", &arguments, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.changed, 2500);
+    let audit: Vec<(String, String, serde_json::Value, bool, i64)> = sqlx::query_as(
+        "SELECT operator, command, arguments, dry_run, rows_affected FROM outbox_audit",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audit,
+        vec![("ada".into(), "cancel".into(), arguments, false, 2500)],
+        "one audit row for the whole repair, counting every batch"
+    );
+}

@@ -76,20 +76,24 @@ pub async fn repair_rows(
         .await?;
         bar.finish_and_clear();
     }
-    let affected = if options.dry_run {
-        plan.ids.len() as u64
-    } else {
-        report.changed
-    };
-    store::record_audit(
-        &pool,
-        &operator,
-        action.as_str(),
-        &arguments,
-        options.dry_run,
-        affected,
-    )
-    .await?;
+    if options.dry_run || plan.ids.is_empty() {
+        // A run that changes rows is audited by `apply_repair`, in the statements that change
+        // them; a dry run (or one with nothing to change) is recorded here.
+        let affected = if options.dry_run {
+            plan.ids.len() as u64
+        } else {
+            0
+        };
+        store::record_audit(
+            &pool,
+            &operator,
+            action.as_str(),
+            &arguments,
+            options.dry_run,
+            affected,
+        )
+        .await?;
+    }
     if options.json {
         let output = RepairOutput {
             action,

@@ -265,15 +265,19 @@ pub async fn failed_apply(
         |_| {},
     )
     .await?;
-    store::record_audit(
-        console.host_pool(),
-        &viewer.operator,
-        action.as_str(),
-        &arguments,
-        false,
-        report.changed,
-    )
-    .await?;
+    // `apply_repair` wrote the audit row in the statements that changed the rows; a plan with
+    // nothing to change is recorded here.
+    if plan.ids.is_empty() {
+        store::record_audit(
+            console.host_pool(),
+            &viewer.operator,
+            action.as_str(),
+            &arguments,
+            false,
+            0,
+        )
+        .await?;
+    }
     tracing::info!(operator = %viewer.operator.name, action = action.as_str(), changed = report.changed, "console repair");
     let body = html! {
         p.ok #result { (action.as_str()) ": " (report.changed) " events changed to " (action.to_status()) "."

@@ -313,11 +313,15 @@ async fn requeue_warnings(
     Ok(warnings)
 }
 
-/// Change the rows of `plan` in batches of [`REPAIR_BATCH`], one transaction each: every row is
-/// re-checked under its row lock (a row whose status changed since the plan is left alone and
-/// counted in [`RepairReport::changed_meanwhile`]), changed, and written to
-/// `outbox_event_history` as done by `actor` with `detail` (the command's filter). After each
-/// batch `progress` gets the rows handled so far.
+/// Change the rows of `plan` in batches of [`REPAIR_BATCH`], one statement and transaction
+/// each: every row is re-checked under its row lock (a row whose status changed since the plan
+/// is left alone and counted in [`RepairReport::changed_meanwhile`]), changed, and written to
+/// `outbox_event_history` as done by `actor` with `detail` (the command's filter). The repair's
+/// one `outbox_audit` row (operator `actor`, command `requeue` or `cancel`, arguments `detail`)
+/// is written by the same statement as the first batch and its `rows_affected` raised by each
+/// later one, so at every moment the audit trail counts exactly the rows committed: a batch
+/// whose audit write fails changes nothing. After each batch `progress` gets the rows handled
+/// so far.
 pub async fn apply_repair(
     pool: &PgPool,
     plan: &RepairPlan,
@@ -354,27 +358,60 @@ pub async fn apply_repair(
             INSERT INTO outbox_event_history
                 (event_id, action, actor, from_status, to_status, attempts, last_error, detail)
             SELECT id, $3, $4, from_status, $5, attempts, last_error, $6 FROM changed
+        ),
+        -- The repair's audit row: written with the first batch ($7 NULL), counted up by the
+        -- others, always in the statement that changes the rows it counts.
+        audit_added AS (
+            INSERT INTO outbox_audit (operator, command, arguments, dry_run, rows_affected)
+            SELECT $4, $3, $6, false, (SELECT count(*) FROM changed)
+            WHERE $7::bigint IS NULL
+            RETURNING id
+        ),
+        audit_counted AS (
+            UPDATE outbox_audit SET rows_affected = rows_affected + (SELECT count(*) FROM changed)
+            WHERE id = $7::bigint
+            RETURNING id
         )
-        SELECT count(*) FROM changed
+        SELECT (SELECT count(*) FROM changed),
+               (SELECT id FROM audit_added UNION ALL SELECT id FROM audit_counted)
         "#
     );
     let mut report = RepairReport::default();
+    let mut audit_id: Option<i64> = None;
     for batch in plan.ids.chunks(REPAIR_BATCH) {
-        let changed: i64 = sqlx::query_scalar(&sql)
+        let what = || {
+            format!(
+                "{} rows {}..={}",
+                action.as_str(),
+                batch.first().copied().unwrap_or_default(),
+                batch.last().copied().unwrap_or_default()
+            )
+        };
+        let mut tx = pool.begin().await.context(what())?;
+        let (changed, audited): (i64, Option<i64>) = sqlx::query_as(&sql)
             .bind(batch)
             .bind(&statuses)
             .bind(action.as_str())
             .bind(actor)
             .bind(action.to_status())
             .bind(detail)
-            .fetch_one(pool)
+            .bind(audit_id)
+            .fetch_one(&mut *tx)
             .await
-            .context(format!(
-                "{} rows {}..={}",
-                action.as_str(),
-                batch.first().copied().unwrap_or_default(),
-                batch.last().copied().unwrap_or_default()
-            ))?;
+            .context(what())?;
+        if audited.is_none() {
+            // The audit row of an earlier batch is gone (deleted in between): the rows would
+            // change uncounted, so the batch is rolled back and the repair stops.
+            return Err(StoreError {
+                context: format!(
+                    "{}: the repair's audit row is gone, nothing more changed",
+                    what()
+                ),
+                source: sqlx::Error::RowNotFound,
+            });
+        }
+        tx.commit().await.context(what())?;
+        audit_id = audited;
         report.changed += changed as u64;
         report.changed_meanwhile += (batch.len() as i64 - changed).max(0) as u64;
         progress(report.changed + report.changed_meanwhile);
