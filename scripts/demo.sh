@@ -12,4 +12,9 @@ fi
 if [ ! -f plugins/dist/prefix-router.wasm ]; then
   scripts/build-plugins.sh
 fi
-exec cargo run -q -p outbox-cli --bin outbox -- demo "$@"
+# The first build compiles wasmtime and the rest of the host: say so, and let cargo show its
+# progress, instead of sitting silent for minutes.
+if [ ! -x "${CARGO_TARGET_DIR:-target}/debug/outbox" ]; then
+  echo "building the outbox binary first: a cold build takes about 10-15 minutes on 2 cores (later runs start at once)" >&2
+fi
+exec cargo run -p outbox-cli --bin outbox -- demo "$@"
