@@ -245,3 +245,37 @@ fn cli_plugins_call_applies_the_kv_byte_quota_of_the_plugin() {
     );
     assert!(stdout.contains("kv after the call: 8 keys"), "{stdout}");
 }
+
+#[test]
+fn cli_plugins_call_finds_the_declared_plugin_of_a_file_named_as_cargo_builds_it() {
+    // cargo writes `capability_probe.wasm` for the crate `capability-probe`: the call must run
+    // with `[plugins.capability-probe]`'s grants, not as an undeclared plugin without any.
+    let dir = std::env::temp_dir().join(format!("outbox-cargo-named-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cargo_named = dir.join("capability_probe.wasm");
+    std::fs::copy(
+        repo_path("plugins/dist/test/capability-probe.wasm"),
+        &cargo_named,
+    )
+    .unwrap();
+    let out = call(&[
+        cargo_named.to_str().unwrap(),
+        "--event",
+        r#"{"event_type": "probe.run", "payload": {"steps": [
+            {"op": "kv-set", "key": "a", "value_bytes": 1, "expect": {"ok": 1}}]}}"#,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("capability-probe: world handler"),
+        "named after the plugin, not the file: {stdout}"
+    );
+    assert!(
+        stdout.contains("grants: [plugins.capability-probe] of"),
+        "the declared grants apply: {stdout}"
+    );
+    assert!(
+        stdout.contains("probe.run (from outbox.test): ok"),
+        "its kv grant let the write through: {stdout}"
+    );
+}

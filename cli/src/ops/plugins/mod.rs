@@ -23,11 +23,13 @@ pub(crate) fn short_hash(hash: &str) -> &str {
     &hash[..hash.len().min(16)]
 }
 
-/// The plugin name a file stands for: its stem (`plugins/dist/prefix-router.wasm` ->
-/// `prefix-router`).
+/// The plugin name a file stands for: its stem, with `_` read as `-`
+/// (`plugins/dist/prefix-router.wasm` and cargo's own
+/// `target/wasm32-wasip2/release/prefix_router.wasm` are both `prefix-router`: cargo names a
+/// crate's `.wasm` with `-` turned into `_`, and a plugin name never holds a `_`).
 pub(crate) fn plugin_name_of(path: &std::path::Path) -> String {
     path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
+        .map(|s| s.to_string_lossy().replace('_', "-"))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "plugin".into())
 }
