@@ -262,6 +262,11 @@ enum PluginsCommand {
         /// instead of `[plugins.NAME].grants` of the routes file.
         #[arg(long, value_name = "JSON")]
         grants: Option<String>,
+        /// What the call must end with, else the command exits 1 (for tests in CI). A handler
+        /// must answer `ok` with no host call denied unless given `retry`, `fail` and/or
+        /// `denied` (at least one host call denied); a policy may be held to `allow` or `deny`.
+        #[arg(long, value_enum, value_name = "ANSWER")]
+        expect: Vec<ExpectArg>,
     },
     /// Scaffold a plugin crate from the SDK template into DIR/NAME.
     New {
@@ -274,6 +279,36 @@ enum PluginsCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+}
+
+/// What `outbox plugins call --expect` accepts.
+#[derive(Clone, Copy, ValueEnum)]
+enum ExpectArg {
+    /// A handler answers ok.
+    Ok,
+    /// A handler answers retry (or retry-after).
+    Retry,
+    /// A handler answers fail.
+    Fail,
+    /// At least one of a handler's host calls is denied.
+    Denied,
+    /// A policy allows.
+    Allow,
+    /// A policy denies.
+    Deny,
+}
+
+impl From<ExpectArg> for ops::CallExpectation {
+    fn from(e: ExpectArg) -> Self {
+        match e {
+            ExpectArg::Ok => Self::Ok,
+            ExpectArg::Retry => Self::Retry,
+            ExpectArg::Fail => Self::Fail,
+            ExpectArg::Denied => Self::Denied,
+            ExpectArg::Allow => Self::Allow,
+            ExpectArg::Deny => Self::Deny,
+        }
+    }
 }
 
 /// A plugin world, as `--world` spells it.
@@ -968,6 +1003,7 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
             kv,
             http_fixtures,
             grants,
+            expect,
         } => {
             if let Some(p) = config_path.as_ref().and_then(|p| p.to_str()) {
                 if p.trim_start().starts_with(['{', '[']) {
@@ -984,11 +1020,16 @@ async fn run_plugins(command: PluginsCommand, config_path: &Option<PathBuf>) -> 
                 kv_seed: kv,
                 http_fixtures,
                 grants: grants.as_deref().map(read_payload_arg).transpose()?,
+                expect: expect.into_iter().map(Into::into).collect(),
             };
-            out!(
-                "{}",
-                blocking(move || ops::call_plugin_file(&config, &file, &input)).await?
-            );
+            let report = blocking(move || ops::call_plugin_file(&config, &file, &input)).await?;
+            out!("{}", report.text);
+            if !report.unmet.is_empty() {
+                for line in &report.unmet {
+                    errln!("plugins call: {line}");
+                }
+                return Err(ExitStatus(1).into());
+            }
         }
         PluginsCommand::New { name, world, dir } => {
             let parent = dir.unwrap_or_else(|| PathBuf::from("."));

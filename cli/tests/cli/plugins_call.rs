@@ -127,11 +127,26 @@ fn cli_plugins_call_shows_what_the_shipped_workflow_trigger_would_publish() {
     );
 
     // Without a fixture the request is refused with a clear message (nothing is sent), and the
-    // handler's own answer to that failure shows (workflow-trigger retries a failed call).
+    // handler's own answer to that failure shows (workflow-trigger retries a failed call): an
+    // answer other than ok exits 1, unless the test expects it.
     let out = call(&[
         &repo_path("plugins/dist/workflow-trigger.wasm"),
         "--event",
         request,
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("plugins call: the handler answered retry (")
+            && stderr.contains("expected ok (--expect)"),
+        "{stderr}"
+    );
+    let out = call(&[
+        &repo_path("plugins/dist/workflow-trigger.wasm"),
+        "--event",
+        request,
+        "--expect",
+        "retry",
     ]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -161,6 +176,8 @@ fn cli_plugins_call_serves_kv_from_a_seed_and_checks_grants_and_the_policy() {
         steps,
         "--kv",
         seed.to_str().unwrap(),
+        "--expect",
+        "denied",
     ]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -192,6 +209,8 @@ fn cli_plugins_call_serves_kv_from_a_seed_and_checks_grants_and_the_policy() {
         r#"{"event_type": "probe.run", "payload": {"steps": [{"op": "kv-get", "key": "a", "expect": {"denied": 1}}]}}"#,
         "--grants",
         r#"{"publish": ["probe."]}"#,
+        "--expect",
+        "denied",
     ]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -277,5 +296,49 @@ fn cli_plugins_call_finds_the_declared_plugin_of_a_file_named_as_cargo_builds_it
     assert!(
         stdout.contains("probe.run (from outbox.test): ok"),
         "its kv grant let the write through: {stdout}"
+    );
+}
+
+#[test]
+fn cli_plugins_call_exits_non_zero_on_a_denied_host_call_or_an_unexpected_answer() {
+    let probe = repo_path("plugins/dist/test/capability-probe.wasm");
+    let denied_publish = r#"{"event_type": "probe.run", "payload": {"steps": [
+        {"op": "publish", "event_type": "probe.child", "expect": {"denied": 1}}]}}"#;
+    // A denial the test did not expect fails the call, even though the handler answered ok.
+    let out = call(&[&probe, "--event", denied_publish]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("probe.run (from outbox.test): ok"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("plugins call: 1 host call(s) denied"),
+        "{stderr}"
+    );
+    // Expected, it passes; expecting a denial that does not come fails.
+    let out = call(&[&probe, "--event", denied_publish, "--expect", "denied"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let quiet = r#"{"event_type": "probe.run", "payload": {"steps": []}}"#;
+    let out = call(&[&probe, "--event", quiet, "--expect", "denied"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no host call was denied"), "{stderr}");
+    // A handler's failure fails the call; --expect fail turns it into the test's success.
+    let failing = r#"{"event_type": "probe.run", "payload": {"steps": [
+        {"op": "kv-get", "key": "a", "expect": {"returns": "never"}}]}}"#;
+    let out = call(&[&probe, "--event", failing]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("the handler answered fail ("), "{stderr}");
+    let out = call(&[&probe, "--event", failing, "--expect", "fail"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    // --expect must fit the plugin's world.
+    let out = call(&[&probe, "--event", quiet, "--expect", "allow"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--expect allow: not an answer a handler plugin gives"),
+        "{stderr}"
     );
 }

@@ -26,6 +26,48 @@ use super::{compile_file_offline, plugin_name_of, short_hash};
 /// Largest `--kv` or `--http-fixtures` file read, bytes.
 const MAX_INPUT_FILE_BYTES: u64 = 16 << 20;
 
+/// What a call is expected to end with (`--expect`); a call that ends otherwise makes
+/// `outbox plugins call` exit non-zero, so an author's CI can run it as a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallExpectation {
+    /// A handler answers `ok` (the default for a handler).
+    Ok,
+    /// A handler answers `retry` or `retry-after`.
+    Retry,
+    /// A handler answers `fail`.
+    Fail,
+    /// At least one of a handler's host calls is denied (without it, any denial fails the call).
+    Denied,
+    /// A policy allows the request.
+    Allow,
+    /// A policy denies the request.
+    Deny,
+}
+
+impl CallExpectation {
+    /// As `--expect` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Retry => "retry",
+            Self::Fail => "fail",
+            Self::Denied => "denied",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+        }
+    }
+}
+
+/// What `outbox plugins call` printed, and the expectations the call did not meet (none: exit
+/// 0).
+#[derive(Debug, Clone)]
+pub struct PluginCallReport {
+    /// The readable answer and its cost.
+    pub text: String,
+    /// One line per unmet expectation (`the handler answered fail (...), expected ok`).
+    pub unmet: Vec<String>,
+}
+
 /// What `outbox plugins call` hands the plugin.
 #[derive(Debug, Clone, Default)]
 pub struct PluginCallInput {
@@ -46,6 +88,73 @@ pub struct PluginCallInput {
     pub http_fixtures: Option<std::path::PathBuf>,
     /// `--grants JSON`: the handler's grants, instead of its `[plugins.NAME].grants`.
     pub grants: Option<String>,
+    /// `--expect`: what the call must end with (a handler: `ok` and no denied host call unless
+    /// given otherwise; a policy: anything unless given).
+    pub expect: Vec<CallExpectation>,
+}
+
+/// The unmet expectations of a handler call that answered `outcome` after `denied` of its
+/// host calls were denied.
+fn unmet_by_handler(expect: &[CallExpectation], outcome: &Outcome, denied: usize) -> Vec<String> {
+    let answered = match outcome {
+        Outcome::Ok => (CallExpectation::Ok, String::new()),
+        Outcome::Retry(reason) | Outcome::RetryAfter(DelayedRetry { reason, .. }) => {
+            (CallExpectation::Retry, format!(" ({reason})"))
+        }
+        Outcome::Fail(reason) => (CallExpectation::Fail, format!(" ({reason})")),
+    };
+    let wanted = expect
+        .iter()
+        .copied()
+        .find(|e| {
+            matches!(
+                e,
+                CallExpectation::Ok | CallExpectation::Retry | CallExpectation::Fail
+            )
+        })
+        .unwrap_or(CallExpectation::Ok);
+    let mut unmet = Vec::new();
+    if answered.0 != wanted {
+        unmet.push(format!(
+            "the handler answered {}{}, expected {} (--expect)",
+            answered.0.as_str(),
+            answered.1,
+            wanted.as_str()
+        ));
+    }
+    let denial_expected = expect.contains(&CallExpectation::Denied);
+    if denied > 0 && !denial_expected {
+        unmet.push(format!(
+            "{denied} host call(s) denied (listed above); give --expect denied if the test expects a denial"
+        ));
+    }
+    if denied == 0 && denial_expected {
+        unmet.push("no host call was denied, expected at least one (--expect denied)".into());
+    }
+    unmet
+}
+
+/// Refuse `--expect` values that mean nothing for a plugin of `world`, or that contradict each
+/// other.
+fn check_expectations(expect: &[CallExpectation], world: World) -> anyhow::Result<()> {
+    use CallExpectation as E;
+    let fits = |e: &E| match world {
+        World::Handler => matches!(e, E::Ok | E::Retry | E::Fail | E::Denied),
+        World::Policy => matches!(e, E::Allow | E::Deny),
+        World::Router => false,
+    };
+    if let Some(e) = expect.iter().find(|e| !fits(e)) {
+        anyhow::bail!(
+            "--expect {}: not an answer a {world} plugin gives (a handler: ok, retry, fail, denied; a policy: allow, deny; a router: none)",
+            e.as_str()
+        );
+    }
+    let answers = expect.iter().filter(|e| **e != E::Denied).count();
+    anyhow::ensure!(
+        answers <= 1,
+        "--expect names more than one answer; a call gives one"
+    );
+    Ok(())
 }
 
 /// An event as `outbox plugins call` accepts it; everything but `event_type` has a default.
@@ -333,17 +442,19 @@ fn empty_spec() -> anyhow::Result<PluginSpec> {
 /// `outbox plugins call FILE`: compile a plugin and run it once on the given input, without a
 /// database, Redis or network (a handler's host calls are served offline, see the module
 /// docs). Returns the readable answer and its cost; a plugin that traps or breaks its contract
-/// is an error.
+/// is an error; an answer other than `input.expect` is listed in [`PluginCallReport::unmet`].
 /// CPU-heavy and blocking: call on a blocking thread.
 pub fn call_plugin_file(
     config: &Config,
     path: &std::path::Path,
     input: &PluginCallInput,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<PluginCallReport> {
     let engine = PluginEngine::new()?;
     let (compiled, compile_time) = compile_file_offline(&engine, path)?;
     let name = plugin_name_of(path);
     let world = compiled.world();
+    check_expectations(&input.expect, world)?;
+    let mut unmet = Vec::new();
     let (config_json, config_source) = call_config(config, &name, world, input.config.as_deref())?;
     // A plugin declared in routes.toml runs with its declared limits, as the host would.
     let (mut spec, grants_source) = match config.routes.plugins.get(&name) {
@@ -447,6 +558,12 @@ pub fn call_plugin_file(
             // The host calls show even when the call failed: they explain what it tried.
             out.push_str(&describe_calls(&state.calls));
             let outcome = outcome.map_err(|e| failed(e, call_time))?;
+            let denied = state
+                .calls
+                .iter()
+                .filter(|c| matches!(c, OfflineCall::Denied { .. }))
+                .count();
+            unmet = unmet_by_handler(&input.expect, &outcome, denied);
             let what = format!("{} (from {})", event.event_type, input.queue);
             out.push_str(&match outcome {
                 Outcome::Ok => format!("{what}: ok\n"),
@@ -497,6 +614,17 @@ pub fn call_plugin_file(
                 "{} {} {:?}",
                 request.plugin, request.capability, request.target
             );
+            let answered = match &decision {
+                Decision::Allow => CallExpectation::Allow,
+                Decision::Deny(_) => CallExpectation::Deny,
+            };
+            if let Some(wanted) = input.expect.first().filter(|w| **w != answered) {
+                unmet.push(format!(
+                    "the policy answered {}, expected {} (--expect)",
+                    answered.as_str(),
+                    wanted.as_str()
+                ));
+            }
             out.push_str(&match decision {
                 Decision::Allow => format!("{what}: allow\n"),
                 Decision::Deny(reason) => format!("{what}: deny ({reason})\n"),
@@ -512,5 +640,5 @@ pub fn call_plugin_file(
         limits.memory_bytes >> 20,
         limits.timeout.as_millis()
     ));
-    Ok(out)
+    Ok(PluginCallReport { text: out, unmet })
 }

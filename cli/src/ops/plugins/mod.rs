@@ -13,7 +13,7 @@ mod check;
 mod list;
 mod scaffold;
 
-pub use call::{call_plugin_file, PluginCallInput};
+pub use call::{call_plugin_file, CallExpectation, PluginCallInput};
 pub use check::check_plugin_file;
 pub use list::print_plugins;
 pub use scaffold::scaffold_plugin;
