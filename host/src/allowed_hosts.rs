@@ -89,7 +89,7 @@ pub fn check_host_entry(entry: &str) -> Result<(), String> {
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'));
     let parsed = split_host_port(entry).filter(|(host, _)| !host.is_empty());
     if entry.is_empty() || entry.len() > MAX_HOST_BYTES || !valid_chars || parsed.is_none() {
-        let shown: String = entry.chars().take(80).collect();
+        let shown = crate::capability::clip(entry, 80);
         return Err(format!(
             "{shown:?} is not a host: use a name or an IP address, optionally with :port (e.g. outbox.example.com or 10.0.0.5:9464)"
         ));
@@ -206,7 +206,8 @@ pub async fn check_host(
     match host {
         Some(host) if allowed.allows(&host) => next.run(request).await,
         host => {
-            let shown: String = host.unwrap_or_default().chars().take(100).collect();
+            let host = host.unwrap_or_default();
+            let shown = crate::capability::clip(&host, 100);
             tracing::warn!(host = %shown, path = %request.uri().path(), "refused a request for a host this endpoint does not serve");
             let mut response = (
                 StatusCode::MISDIRECTED_REQUEST,
