@@ -15,6 +15,7 @@ mod contracts;
 mod dispatch;
 mod failures;
 mod feedback_loops;
+mod file_sizes;
 mod guest_answers;
 mod handler_on_two_queues;
 mod handler_outcomes;

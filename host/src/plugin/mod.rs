@@ -19,6 +19,7 @@ pub mod engine;
 pub mod files;
 pub mod legacy;
 pub mod limits;
+pub mod loaded;
 pub mod registry;
 pub mod reload;
 pub mod router;
@@ -26,7 +27,8 @@ pub mod router;
 pub use engine::{block_on, PluginEngine, World};
 pub use files::MAX_PLUGIN_FILE_BYTES;
 pub use limits::{bounded_reason, CallSlots, PluginLimits, MAX_REASON_BYTES};
-pub use registry::{CompiledPlugin, LoadedPlugin, PluginInfo, PluginRegistry, StagedPlugins};
+pub use loaded::{CompiledPlugin, LoadedPlugin};
+pub use registry::{PluginInfo, PluginRegistry, StagedPlugins};
 pub use router::PluginRouter;
 
 /// The WIT package version the host implements (`outbox:plugin@0.2.0`); plugins built against

@@ -1,0 +1,314 @@
+//! The claim loop: [`Dispatcher::run`] until shutdown and [`Dispatcher::drain`] until nothing
+//! is due, both pipelining up to two batches.
+//!
+//! Owns claiming (under the worker id, batch size, lease and claim horizon), the batches in
+//! flight and the claims they hold, the pause after a queue-system blip (probing the sink until
+//! it answers), the release of a claim whose reply was lost, and the release of everything held
+//! at shutdown. It never routes, enqueues or records an event itself (that is [`super::batch`])
+//! and never writes its own backoff loop (see [`crate::reconnect`]).
+
+use std::sync::atomic::Ordering;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::wake::listen_for_events;
+use super::{BatchReport, Dispatcher, BATCHES_IN_FLIGHT};
+use crate::fault;
+use crate::reconnect::Backoff;
+use crate::store::{self, Claim};
+
+impl Dispatcher {
+    /// Claim and dispatch until nothing is due right now (`outbox drain`). Events whose retry is
+    /// scheduled later are left for later. Returns the summed report.
+    ///
+    /// Pipelined as [`run`](Self::run) is: up to [`BATCHES_IN_FLIGHT`] batches at once, the next
+    /// claimed while the last is routed, enqueued and recorded, once a batch has gone through
+    /// clean. Until then batches go one at a time: a blipped batch's events are released due at
+    /// once, and a batch claimed beside it would take them again only to release them again. It
+    /// stops claiming after a queue-system blip (returning with `redis_unavailable`) or an error,
+    /// and it returns only when no batch is in flight, so no row it claimed is left `processing`
+    /// (a batch whose outcome write failed for good is the exception: its error is returned, and
+    /// its rows come back after the lease).
+    pub async fn drain(&self) -> Result<BatchReport, store::StoreError> {
+        let mut total = BatchReport::default();
+        let mut failure: Option<store::StoreError> = None;
+        let mut in_flight: JoinSet<Result<BatchReport, store::StoreError>> = JoinSet::new();
+        let mut sink_answers = false;
+        loop {
+            // Wait while the batches in flight are at the limit, and for all of them once one
+            // failed or blipped. Checked again after each batch joins: a batch joined here may be
+            // the one that blipped, and breaking out with another still in flight would drop
+            // (abort) it with its rows claimed.
+            loop {
+                let stopping = failure.is_some() || total.redis_unavailable;
+                let most = if sink_answers { BATCHES_IN_FLIGHT } else { 1 };
+                if in_flight.is_empty() || (!stopping && in_flight.len() < most) {
+                    break;
+                }
+                if let Some(joined) = in_flight.join_next().await {
+                    sink_answers |= add_batch(&mut total, &mut failure, joined);
+                }
+            }
+            if failure.is_some() || total.redis_unavailable {
+                break;
+            }
+            let claim = match self.claim().await {
+                Ok(claim) => claim,
+                Err(e) => {
+                    failure = Some(e);
+                    continue;
+                }
+            };
+            if claim.events.is_empty() {
+                // A batch in flight may still make events due at once (a release): look again
+                // once it is done.
+                match in_flight.join_next().await {
+                    Some(joined) => {
+                        sink_answers |= add_batch(&mut total, &mut failure, joined);
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            let me = self.clone();
+            in_flight.spawn(async move { me.dispatch_claim(claim).await });
+        }
+        debug_assert!(
+            in_flight.is_empty(),
+            "drain returns with no batch in flight"
+        );
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+
+    /// Run until `shutdown` fires: claim, dispatch, wait for work. On shutdown stop claiming,
+    /// let in-flight batches finish within the grace period, then release what is still held.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let listener = tokio::spawn(listen_for_events(
+            self.pool.clone(),
+            self.wake.clone(),
+            shutdown.clone(),
+        ));
+        let mut in_flight: JoinSet<()> = JoinSet::new();
+        let mut backoff = Backoff::new();
+        let mut sink_backoff = Backoff::new();
+        // A claim failed on a blip: it may have committed with its reply lost.
+        let mut claim_maybe_lost = false;
+        tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
+        while !shutdown.is_cancelled() {
+            while in_flight.len() >= BATCHES_IN_FLIGHT {
+                in_flight.join_next().await;
+            }
+            if self.gate.blipped.swap(false, Ordering::AcqRel) {
+                // A batch hit a queue-system blip; its events are already released. Claim again
+                // once the sink answers, so they do not churn through it meanwhile.
+                self.wait_for_sink(&mut sink_backoff, &shutdown).await;
+                continue;
+            }
+            if self.gate.clean.swap(false, Ordering::AcqRel) && sink_backoff.succeeded() {
+                tracing::info!(
+                    sink = self.sink.name(),
+                    "queue system is back; dispatching resumes"
+                );
+            }
+            if claim_maybe_lost {
+                match self.release_lost_claims().await {
+                    Ok(()) => claim_maybe_lost = false,
+                    Err(e) => {
+                        let blip = fault::postgres_blip(&e.source);
+                        backoff
+                            .failed_with(blip, &shutdown, |delay| {
+                                tracing::error!(error = %e, retry_in = ?delay, "cannot check for a lost claim; retrying")
+                            })
+                            .await;
+                        continue;
+                    }
+                }
+            }
+            let claim = match self.claim().await {
+                Ok(claim) => {
+                    if backoff.succeeded() {
+                        tracing::info!("PostgreSQL answers again; claiming resumes");
+                    }
+                    claim
+                }
+                Err(e) => {
+                    metrics::counter!("outbox_dispatch_errors_total", "stage" => "claim")
+                        .increment(1);
+                    let blip = fault::postgres_blip(&e.source);
+                    if let Some(blip) = blip {
+                        blip.count_retry("claim");
+                        claim_maybe_lost = true;
+                    }
+                    backoff
+                        .failed_with(blip, &shutdown, |delay| {
+                            tracing::error!(error = %e, retry_in = ?delay, "cannot claim events: PostgreSQL unavailable? retrying")
+                        })
+                        .await;
+                    continue;
+                }
+            };
+            if claim.events.is_empty() {
+                let wait = self.idle_wait().await;
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => {}
+                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                }
+                continue;
+            }
+            let me = self.clone();
+            let claimed_at = claim.claimed_at;
+            self.hold(claimed_at, true);
+            in_flight.spawn(async move {
+                let dispatched = me.dispatch_claim(claim).await;
+                me.hold(claimed_at, false);
+                match dispatched {
+                    Ok(report) if report.redis_unavailable => {
+                        me.gate.blipped.store(true, Ordering::Release)
+                    }
+                    Ok(_) => me.gate.clean.store(true, Ordering::Release),
+                    Err(e) => {
+                        // Retried on fresh connections for as long as the lease allowed: the rows
+                        // stay leased and are claimed again after the lease; the enqueue is
+                        // idempotent, so nothing is doubled.
+                        tracing::error!(error = %e, "cannot record batch outcomes; rows will be reclaimed after the lease");
+                        metrics::counter!("outbox_dispatch_errors_total", "stage" => "record").increment(1);
+                    }
+                }
+            });
+        }
+        let grace = self.settings.shutdown_grace;
+        let finished = tokio::time::timeout(grace, async {
+            while in_flight.join_next().await.is_some() {}
+        })
+        .await;
+        if finished.is_err() {
+            in_flight.abort_all();
+            tracing::warn!(
+                ?grace,
+                "shutdown grace period over; releasing claimed events"
+            );
+        }
+        match store::release_claims(&self.pool, &self.worker_id).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(released = n, "released claimed events for other hosts"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release claims; they return after the lease")
+            }
+        }
+        listener.abort();
+        tracing::info!(worker = %self.worker_id, "dispatcher stopped");
+    }
+
+    /// Note a batch in flight (`true`) or finished (`false`) by its claim's `claimed_at`.
+    fn hold(&self, claimed_at: chrono::DateTime<chrono::Utc>, held: bool) {
+        let mut all = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if held {
+            all.push(claimed_at);
+        } else if let Some(i) = all.iter().position(|at| *at == claimed_at) {
+            all.swap_remove(i);
+        }
+    }
+
+    /// After a claim failed on a blip, give back whatever this worker holds outside its batches
+    /// in flight: the failed claim may have committed with only its reply lost, and its rows
+    /// would otherwise wait out the lease with an attempt counted.
+    async fn release_lost_claims(&self) -> Result<(), store::StoreError> {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let released = store::release_lost_claims(&self.pool, &self.worker_id, &held).await?;
+        if released > 0 {
+            tracing::warn!(
+                released,
+                "a claim committed but its reply was lost; its events are claimable again"
+            );
+        }
+        Ok(())
+    }
+
+    /// Claim the next batch under this dispatcher's worker id, batch size and lease, reading the
+    /// claim index from this dispatcher's horizon.
+    async fn claim(&self) -> Result<Claim, store::StoreError> {
+        let horizon = self.horizon.current(&self.pool).await;
+        store::claim_due_events_from(
+            &self.pool,
+            &self.worker_id,
+            self.settings.dispatch_batch_size,
+            self.settings.claim_lease,
+            horizon,
+        )
+        .await
+    }
+
+    /// After a batch hit a blip of the sink's queue system (Redis): wait the probe delay, then
+    /// ping until it answers, before claiming more. `backoff` lives in the claim loop and starts
+    /// over only after a clean batch, so a blip that outlives a successful ping (`READONLY`
+    /// during a long failover) is probed at most once a second, not in a tight loop.
+    async fn wait_for_sink(&self, backoff: &mut Backoff, shutdown: &CancellationToken) {
+        let sink = self.sink.name();
+        let stop = backoff
+            .blipped(shutdown, |delay| {
+                tracing::warn!(sink, retry_in = ?delay, "queue system blip; claims paused until it answers")
+            })
+            .await;
+        if stop {
+            return;
+        }
+        loop {
+            match self.sink.ping().await {
+                Ok(()) => return,
+                Err(e) => {
+                    let stop = backoff
+                        .blipped(shutdown, |delay| {
+                            tracing::error!(sink, error = %e, retry_in = ?delay, "queue system unavailable; claims paused")
+                        })
+                        .await;
+                    if stop {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Add one finished batch of [`Dispatcher::drain`] to `total`, or keep its error (the first).
+/// True when the batch went through clean (no error, no queue-system blip). A batch that
+/// panicked panics the drain too.
+fn add_batch(
+    total: &mut BatchReport,
+    failure: &mut Option<store::StoreError>,
+    joined: Result<Result<BatchReport, store::StoreError>, tokio::task::JoinError>,
+) -> bool {
+    match joined {
+        Ok(Ok(report)) => {
+            total.claimed += report.claimed;
+            total.done += report.done;
+            total.retried += report.retried;
+            total.failed += report.failed;
+            total.released += report.released;
+            total.redis_unavailable |= report.redis_unavailable;
+            !report.redis_unavailable
+        }
+        Ok(Err(e)) => {
+            failure.get_or_insert(e);
+            false
+        }
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => {
+            tracing::error!(error = %e, "a drained batch was cancelled");
+            false
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Dispatch: the claim loop that moves committed events from PostgreSQL to Redis.
+//!
+//! Owns one tick's life: claim a batch (lease), route it, enqueue it through the sink, and record
+//! the outcomes (done / retry with backoff / failed / released) for the whole batch. It also owns
+//! waking up: `LISTEN outbox_event` for new rows, the earliest `available_at` for retries and
+//! expired leases, and the poll interval as a fallback. It never holds a row lock across a sink
+//! call: the claim statement commits before the sink runs, and the lease (not a lock) protects
+//! the rows. It never knows which queue system the [`Sink`] is, and it never writes its own
+//! backoff loop (see [`crate::reconnect`]).
+//!
+//! Per-key ordering is the claim's ([`store::CLAIM_SQL`]): a claim holds at most the head event
+//! of each ordering key, and the next event of the key is claimable only once the head's outcome
+//! is recorded, so the batches in flight (here and on other hosts) never carry two events of one
+//! key, and a key's events reach each queue in id order.
+//!
+//! Whose fault: only what is the event's own (the router refuses it, the sink refuses an entry)
+//! counts as an attempt and waits on the event backoff (`OUTBOX_BACKOFF_SECONDS`). An
+//! infrastructure blip ([`crate::fault`]) never does: an event whose hand-off hit one is released
+//! (due at once, attempt not counted) while its written destinations stay written, claiming
+//! pauses until the sink answers again (probed within a second), and PostgreSQL writes of a
+//! batch (outcomes, delivery reads) are retried on a fresh connection while the lease is held;
+//!
+//! Layout: this module holds the [`Dispatcher`], its counters and how it connects; `claim_loop`
+//! runs it (`run`, `drain`: claim, pipeline batches, pause on blips, release at shutdown),
+//! `batch` takes one claimed batch through enqueue and record, `route` decides each event's
+//! queues (contract check, router call), and `wake` says when to look again (`LISTEN`, the next
+//! due row).
+
+mod batch;
+mod claim_loop;
+mod route;
+mod wake;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::contracts::Contracts;
+use crate::reconnect::connect_with_retry;
+use crate::routing::RouterHandle;
+use crate::sink::{QueueSinks, Sink};
+use crate::store;
+
+/// The NOTIFY channel the insert trigger signals.
+pub const NOTIFY_CHANNEL: &str = "outbox_event";
+
+/// Batches processed at once by one dispatcher (claiming the next while the last is recorded).
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Counters of one dispatcher since it started (also exported as metrics).
+#[derive(Debug, Default)]
+pub struct DispatchStats {
+    /// Events handed to all their queues.
+    pub done: AtomicU64,
+    /// Events put back for a retry.
+    pub retried: AtomicU64,
+    /// Events given up as `failed` (retries exhausted, or no route).
+    pub failed: AtomicU64,
+    /// Events put back without counting the attempt after an infrastructure blip.
+    pub released: AtomicU64,
+    /// Stream entries added.
+    pub enqueued: AtomicU64,
+    /// Batches claimed.
+    pub batches: AtomicU64,
+}
+
+impl DispatchStats {
+    /// The counters as JSON (for the worker heartbeat).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "done": self.done.load(Ordering::Relaxed),
+            "retried": self.retried.load(Ordering::Relaxed),
+            "failed": self.failed.load(Ordering::Relaxed),
+            "released": self.released.load(Ordering::Relaxed),
+            "enqueued": self.enqueued.load(Ordering::Relaxed),
+            "batches": self.batches.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// What one batch came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Events claimed.
+    pub claimed: usize,
+    /// Events marked done.
+    pub done: u64,
+    /// Events put back with backoff.
+    pub retried: u64,
+    /// Events given up as `failed`.
+    pub failed: u64,
+    /// Events put back without counting the attempt (an infrastructure blip on their hand-off).
+    pub released: u64,
+    /// An infrastructure blip of the queue system (Redis) hit at least one hand-off of the batch:
+    /// claiming pauses until the sink answers.
+    pub redis_unavailable: bool,
+}
+
+/// The claim loop of one host process.
+#[derive(Clone)]
+pub struct Dispatcher {
+    pool: PgPool,
+    sink: Arc<dyn Sink>,
+    router: RouterHandle,
+    /// The event contracts: a claimed event that breaks its contract fails unrouted.
+    contracts: Contracts,
+    settings: Arc<Settings>,
+    worker_id: String,
+    wake: Arc<Notify>,
+    stats: Arc<DispatchStats>,
+    gate: Arc<SinkGate>,
+    /// `claimed_at` of the batches in flight (to tell a lost claim from a held one).
+    held: Arc<std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>>,
+    /// Where claims read the claim index from (see `store::horizon`).
+    horizon: Arc<store::HorizonTracker>,
+}
+
+/// What finished batches tell the claim loop about the sink: a blip hit one (pause and probe),
+/// or one went through clean (the sink's backoff starts over).
+#[derive(Debug, Default)]
+struct SinkGate {
+    blipped: AtomicBool,
+    clean: AtomicBool,
+}
+
+impl Dispatcher {
+    /// A dispatcher over connected PostgreSQL and a connected sink (e.g. [`QueueSinks`], or a
+    /// single [`crate::sink::RedisSink`] when every queue is a stream).
+    pub fn new(
+        pool: PgPool,
+        sink: impl Sink + 'static,
+        router: RouterHandle,
+        settings: Arc<Settings>,
+        worker_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            pool,
+            sink: Arc::new(sink),
+            router,
+            contracts: Contracts::none(),
+            settings,
+            worker_id: worker_id.into(),
+            wake: Arc::new(Notify::new()),
+            stats: Arc::default(),
+            gate: Arc::default(),
+            held: Arc::default(),
+            horizon: Arc::default(),
+        }
+    }
+
+    /// Check every claimed event against `contracts` before routing it (the `outbox_publish`
+    /// SQL function cannot run a JSON Schema): one that breaks its contract, or has none in
+    /// strict mode, fails at once with the validation errors and is never enqueued.
+    pub fn with_contracts(mut self, contracts: Contracts) -> Self {
+        self.contracts = contracts;
+        self
+    }
+
+    /// This dispatcher's worker id (`claimed_by`).
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> Arc<DispatchStats> {
+        self.stats.clone()
+    }
+
+    /// The router handle (swap it to reload routing).
+    pub fn router(&self) -> &RouterHandle {
+        &self.router
+    }
+}
+
+/// Connect to PostgreSQL, retrying with backoff and a clear log line until it answers or
+/// shutdown fires (`None`).
+pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken) -> Option<PgPool> {
+    connect_with_retry("PostgreSQL", shutdown, || {
+        store::connect(&settings.database_url, 16)
+    })
+    .await
+}
+
+/// Connect the sinks (every queue's, on Redis; each batch reads the queues' sinks from
+/// `routes`), retrying with backoff and a clear log line until Redis answers or shutdown fires
+/// (`None`).
+pub async fn connect_sinks(
+    settings: &Settings,
+    routes: Arc<arc_swap::ArcSwap<crate::config::RoutesFile>>,
+    shutdown: &CancellationToken,
+) -> Option<QueueSinks> {
+    connect_with_retry("Redis", shutdown, || {
+        QueueSinks::connect(settings, routes.clone())
+    })
+    .await
+}
