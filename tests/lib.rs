@@ -11,11 +11,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_host::config::{RoutesFile, Settings, DEFAULT_ROUTES_TOML};
+use outbox_host::config::{Config, RoutesFile, Settings, DEFAULT_ROUTES_TOML};
 use outbox_host::dispatch::Dispatcher;
 use outbox_host::routing::{RouteRule, RouteTable, RouterHandle};
 use outbox_host::sink::RedisSink;
-use outbox_host::{publish, NewEvent};
+use outbox_host::{publish, Host, NewEvent};
 use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio::net::{TcpListener, TcpStream};
@@ -44,14 +44,14 @@ impl RunningHost {
             .dispatcher_routed_by(&format!("{consumer}-dispatch"), live.router.clone())
             .await;
         let mut tasks = vec![tokio::spawn(dispatcher.run(shutdown.clone()))];
-        let receivers = outbox_host::receive::Receivers::new(
-            env.pool.clone(),
-            live.clone(),
-            Arc::new(config.settings.clone()),
-            consumer,
-        )
-        .await
-        .unwrap();
+        let receivers = Host::builder()
+            .config(config.clone())
+            .pool(env.pool.clone())
+            .live_config(live)
+            .worker_id(consumer)
+            .build_receivers()
+            .await
+            .unwrap();
         for queue in receivers.queues_for_group(None) {
             tasks.push(tokio::spawn(
                 receivers.clone().consume(queue, shutdown.clone()),
@@ -267,15 +267,27 @@ impl TestEnv {
             .await
     }
 
-    /// A dispatcher routing through `router` (e.g. a live plugin router).
+    /// A dispatcher routing through `router` (e.g. a live plugin router), handing off through
+    /// [`sink`](Self::sink), assembled by the host's builder.
     pub async fn dispatcher_routed_by(&self, worker: &str, router: RouterHandle) -> Dispatcher {
-        Dispatcher::new(
-            self.pool.clone(),
-            self.sink().await,
-            router,
-            Arc::new(self.settings.clone()),
-            worker,
-        )
+        Host::builder()
+            .config(self.config())
+            .pool(self.pool.clone())
+            .router_handle(router)
+            .sink(self.sink().await)
+            .worker_id(worker)
+            .build_dispatcher()
+            .await
+            .expect("assemble the dispatcher")
+    }
+
+    /// This test's settings with no routes file (routing is given to what is built from it).
+    pub fn config(&self) -> Config {
+        Config {
+            path: None,
+            routes: RoutesFile::default(),
+            settings: self.settings.clone(),
+        }
     }
 
     /// Publish events in one committed transaction.

@@ -13,12 +13,13 @@ use sqlx::PgPool;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use crate::dispatch::{self, Dispatcher};
 use crate::live_config::LiveConfig;
 use crate::plugin::{PluginError, PluginRegistry};
 use crate::receive::Receivers;
 use crate::routing::{Router, RouterHandle};
+use crate::sink::{QueueSinks, Sink};
 use crate::store;
 
 /// Why a host did not start.
@@ -39,18 +40,69 @@ pub enum HostError {
     /// The HTTP endpoint (console, metrics, health) could not listen on its address.
     #[error(transparent)]
     Http(#[from] crate::http::BindError),
+    /// Redis could not be reached for the queues' sinks (a one-shot assembly).
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
+    /// The receivers could not start (a one-shot assembly).
+    #[error(transparent)]
+    Receive(#[from] crate::receive::ReceiveError),
+    /// The queue group asked for is not one of the routes file's `[queue_groups]`.
+    #[error("unknown queue group {group:?}: routes.toml has {}", known_groups(.known))]
+    UnknownQueueGroup {
+        /// The queue group asked for.
+        group: String,
+        /// The routes file's queue groups.
+        known: Vec<String>,
+    },
     /// Shutdown was requested before the host finished starting.
     #[error("shutdown requested while starting")]
     ShutdownDuringStart,
 }
 
-/// Builds a [`Host`]: `Host::builder().config(cfg).start().await?`.
+/// How many connections [`HostBuilder::build_dispatcher`] and [`HostBuilder::build_receivers`]
+/// open when no pool is given (a one-shot command needs few; a running host opens its own).
+pub const ONE_SHOT_POOL_SIZE: u32 = 4;
+
+/// Builds a [`Host`], or one of its stages on its own: the one assembly of the host's parts,
+/// shared by `outbox run`, `outbox drain`, `outbox demo`, `outbox-bench` and the tests.
+///
+/// `Host::builder().config(cfg).start().await?` runs a whole host;
+/// [`build_dispatcher`](Self::build_dispatcher) and [`build_receivers`](Self::build_receivers)
+/// assemble one stage exactly as [`start`](Self::start) does, and start nothing.
+///
+/// Defaults, for whatever is not set:
+/// - config: [`Config::from_env`] (`OUTBOX_CONFIG`, else `routes.toml` if present, else the
+///   built-in table, with the environment over `[settings]`);
+/// - queue group: `WORKER_QUEUE_GROUP` of the config's settings (every group when unset);
+/// - pool: [`start`](Self::start) connects to `DATABASE_URL` retrying with backoff until it
+///   answers or shutdown is requested; the `build_*` methods connect once
+///   ([`ONE_SHOT_POOL_SIZE`] connections) and fail at once, as a one-shot command should;
+///   either way the database is migrated;
+/// - router: the one the routes file names, through a [`LiveConfig`] (plugins loaded, and with
+///   a routes file, hot reload), unless a router or a live configuration is given;
+/// - sink: every queue's own sink, following the routes in force ([`start`](Self::start)
+///   retries Redis like PostgreSQL; the `build_*` methods connect once);
+/// - worker id: [`default_worker_id`] (`hostname-pid-xxxx`);
+/// - shutdown: a fresh token ([`Host::shutdown_token`]);
+/// - stages: the dispatcher as `OUTBOX_DISPATCHER_ENABLED` says; receivers unless a router was
+///   given (and only when a routes file can bind handlers, or binds some).
+///
+/// Validation, before anything connects: the queue group must be one of the routes file's
+/// `[queue_groups]` ([`HostError::UnknownQueueGroup`]; [`start`](Self::start) and
+/// [`build_receivers`](Self::build_receivers), which consume by it), then, for a host about to
+/// run ([`start`](Self::start)), [`Config::check`] (receiver lease against the handlers' time
+/// limits, BullMQ queues on a Redis Cluster). A config read by [`Config::load`] or
+/// [`Config::from_env`] has passed that check already; a stage built on its own is run by its
+/// caller (a drain, a bench, a test with a deliberately short lease), which answers for it.
 #[derive(Default)]
 pub struct HostBuilder {
     config: Option<Config>,
     pool: Option<PgPool>,
     router: Option<RouterHandle>,
+    live: Option<LiveConfig>,
+    sink: Option<Arc<dyn Sink>>,
     worker_id: Option<String>,
+    queue_group: Option<String>,
     shutdown: Option<CancellationToken>,
     dispatcher_enabled: Option<bool>,
     receivers_enabled: Option<bool>,
@@ -81,9 +133,31 @@ impl HostBuilder {
         self
     }
 
+    /// Use this live configuration (plugins already loaded) instead of starting one from the
+    /// config: stages built from the same one share its plugins and reloads. The caller owns
+    /// it, so the host watches no file for it.
+    pub fn live_config(mut self, live: LiveConfig) -> Self {
+        self.live = Some(live);
+        self
+    }
+
+    /// Hand events off through this sink instead of connecting every queue's sink (a test's
+    /// faulty sink, a bench's single stream sink).
+    pub fn sink(mut self, sink: impl Sink + 'static) -> Self {
+        self.sink = Some(Arc::new(sink));
+        self
+    }
+
     /// Claim under this worker id (default: `host-pid-random`).
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
+        self
+    }
+
+    /// Consume only this queue group's queues (overrides `WORKER_QUEUE_GROUP`; must be one of
+    /// the routes file's `[queue_groups]`).
+    pub fn queue_group(mut self, group: impl Into<String>) -> Self {
+        self.queue_group = Some(group.into());
         self
     }
 
@@ -107,13 +181,75 @@ impl HostBuilder {
         self
     }
 
-    /// Connect (retrying with backoff while PostgreSQL or Redis are away), migrate, and start the
-    /// background tasks. Returns once the host is serving.
-    pub async fn start(self) -> Result<Host, HostError> {
-        let config = match self.config {
+    /// The configuration with the defaults applied (see [`HostBuilder`]).
+    fn resolve_config(&mut self) -> Result<Config, HostError> {
+        let mut config = match self.config.take() {
             Some(c) => c,
             None => Config::from_env()?,
         };
+        if let Some(group) = self.queue_group.take() {
+            config.settings.worker_queue_group = Some(group);
+        }
+        Ok(config)
+    }
+
+    /// The given pool, else one of [`ONE_SHOT_POOL_SIZE`] connections opened once; migrated.
+    async fn one_shot_pool(&mut self, settings: &Settings) -> Result<PgPool, HostError> {
+        let pool = match self.pool.take() {
+            Some(pool) => pool,
+            None => store::connect(&settings.database_url, ONE_SHOT_POOL_SIZE).await?,
+        };
+        store::migrate(&pool).await?;
+        Ok(pool)
+    }
+
+    /// Assemble the dispatcher exactly as [`start`](Self::start) does (router, every queue's
+    /// sink following the routes in force, contracts, worker id) and start nothing: for
+    /// `outbox drain` ([`Dispatcher::drain`]), the bench and the tests. Connects once.
+    pub async fn build_dispatcher(mut self) -> Result<Dispatcher, HostError> {
+        let config = self.resolve_config()?;
+        let settings = Arc::new(config.settings.clone());
+        let pool = self.one_shot_pool(&settings).await?;
+        let (router, routes) = match (self.router.take(), self.live.take()) {
+            (router, Some(live)) => (router.unwrap_or_else(|| live.router.clone()), live.routes),
+            (Some(router), None) => (router, fixed_routes(&config)),
+            (None, None) => {
+                let live = LiveConfig::start(&config).await?;
+                (live.router.clone(), live.routes)
+            }
+        };
+        let sink = match self.sink.take() {
+            Some(sink) => sink,
+            None => Arc::new(QueueSinks::connect(&settings, routes).await?),
+        };
+        let worker_id = self.worker_id.take().unwrap_or_else(default_worker_id);
+        Ok(
+            Dispatcher::new(pool, SharedSink(sink), router, settings, worker_id)
+                .with_contracts(config.load_contracts()?),
+        )
+    }
+
+    /// Assemble the receivers exactly as [`start`](Self::start) does (plugins, capability
+    /// policy, Redis, consumer name = worker id) and start nothing: the caller runs
+    /// [`Receivers::run`] or consumes single queues. Connects once.
+    pub async fn build_receivers(mut self) -> Result<Receivers, HostError> {
+        let config = self.resolve_config()?;
+        check_queue_group(&config)?;
+        let settings = Arc::new(config.settings.clone());
+        let pool = self.one_shot_pool(&settings).await?;
+        let live = match self.live.take() {
+            Some(live) => live,
+            None => LiveConfig::start(&config).await?,
+        };
+        let worker_id = self.worker_id.take().unwrap_or_else(default_worker_id);
+        Ok(Receivers::new(pool, live, settings, &worker_id).await?)
+    }
+
+    /// Connect (retrying with backoff while PostgreSQL or Redis are away), migrate, and start the
+    /// background tasks. Returns once the host is serving.
+    pub async fn start(mut self) -> Result<Host, HostError> {
+        let config = self.resolve_config()?;
+        check_queue_group(&config)?;
         config.check()?;
         for warning in config.settings.clamp_warnings(&config.routes.settings) {
             tracing::warn!("{warning}");
@@ -139,9 +275,10 @@ impl HostBuilder {
         if !contracts.current().is_empty() {
             tracing::info!(types = contracts.current().len(), mode = %contracts.mode(), "event contracts loaded");
         }
-        let (router, live) = match self.router {
-            Some(router) => (router, None),
-            None => {
+        let (router, live) = match (self.router, self.live) {
+            (router, Some(live)) => (router.unwrap_or_else(|| live.router.clone()), Some(live)),
+            (Some(router), None) => (router, None),
+            (None, None) => {
                 let live = LiveConfig::start(&config)
                     .await?
                     .with_contracts(contracts.clone());
@@ -168,14 +305,19 @@ impl HostBuilder {
             // Each queue's sink follows the routes in force (built in: the config's, fixed).
             let routes = match &live {
                 Some(live) => live.routes.clone(),
-                None => Arc::new(arc_swap::ArcSwap::from_pointee(config.routes.clone())),
+                None => fixed_routes(&config),
             };
-            let sink = dispatch::connect_sinks(&settings, routes, &shutdown)
-                .await
-                .ok_or(HostError::ShutdownDuringStart)?;
+            let sink: Arc<dyn Sink> = match self.sink {
+                Some(sink) => sink,
+                None => Arc::new(
+                    dispatch::connect_sinks(&settings, routes, &shutdown)
+                        .await
+                        .ok_or(HostError::ShutdownDuringStart)?,
+                ),
+            };
             let d = Dispatcher::new(
                 pool.clone(),
-                sink,
+                SharedSink(sink),
                 router.clone(),
                 settings.clone(),
                 &worker_id,
@@ -258,6 +400,53 @@ impl HostBuilder {
             live,
             receivers,
         })
+    }
+}
+
+/// Refuse a queue group the routes file does not define ([`HostError::UnknownQueueGroup`]).
+fn check_queue_group(config: &Config) -> Result<(), HostError> {
+    match &config.settings.worker_queue_group {
+        Some(group) if !config.routes.queue_groups.contains_key(group) => {
+            Err(HostError::UnknownQueueGroup {
+                group: group.clone(),
+                known: config.routes.queue_groups.keys().cloned().collect(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The routes file's queue groups as [`HostError::UnknownQueueGroup`] names them.
+fn known_groups(known: &[String]) -> String {
+    if known.is_empty() {
+        "no [queue_groups]".to_string()
+    } else {
+        known.join(", ")
+    }
+}
+
+/// The config's routes, fixed (a host routing with a given router reloads nothing).
+fn fixed_routes(config: &Config) -> Arc<arc_swap::ArcSwap<crate::config::RoutesFile>> {
+    Arc::new(arc_swap::ArcSwap::from_pointee(config.routes.clone()))
+}
+
+/// A sink given to the builder (or connected by it), shared with the dispatcher.
+struct SharedSink(Arc<dyn Sink>);
+
+impl Sink for SharedSink {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn enqueue_all<'a>(
+        &'a self,
+        items: &'a [crate::sink::Enqueue<'a>],
+    ) -> futures::future::BoxFuture<'a, Vec<crate::sink::EnqueueResult>> {
+        self.0.enqueue_all(items)
+    }
+
+    fn ping(&self) -> futures::future::BoxFuture<'_, Result<(), crate::sink::SinkError>> {
+        self.0.ping()
     }
 }
 

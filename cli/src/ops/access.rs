@@ -8,6 +8,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::PgPool;
 
+use outbox_host::config::Config;
 use outbox_host::store::{self, Operator, Role};
 
 /// The operator token of this command: `OUTBOX_OPERATOR_TOKEN`, else the contents of the file
@@ -39,7 +40,10 @@ pub async fn require(pool: &PgPool, needed: Role, command: &str) -> anyhow::Resu
 /// who can reach the database; every later one needs an admin's token. The check, the add and
 /// its audit row are one transaction (`store::add_operator_audited`), so two first adds at once
 /// bootstrap one admin. Prints the new token once.
-pub async fn add_operator(pool: &PgPool, name: &str, role: Role) -> anyhow::Result<()> {
+pub async fn add_operator(config: &Config, name: &str, role: &str) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
+    let role =
+        Role::parse(role).ok_or_else(|| anyhow::anyhow!("--role admin or viewer, not {role:?}"))?;
     let token = operator_token()?;
     let added = store::add_operator_audited(pool, token.as_deref(), name, role).await?;
     eprintln!(
@@ -51,7 +55,8 @@ pub async fn add_operator(pool: &PgPool, name: &str, role: Role) -> anyhow::Resu
 }
 
 /// `outbox operator list`: every operator (never a token).
-pub async fn list_operators(pool: &PgPool, json: bool) -> anyhow::Result<()> {
+pub async fn list_operators(config: &Config, json: bool) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     require(pool, Role::Viewer, "operator list").await?;
     let operators = store::list_operators(pool).await?;
     if json {
@@ -78,7 +83,8 @@ pub async fn list_operators(pool: &PgPool, json: bool) -> anyhow::Result<()> {
 /// revoked (nobody could repair anything after); the check, the revocation and its audit row are
 /// one transaction (`store::revoke_operator_audited`), so two admins revoking each other at once
 /// leave one.
-pub async fn revoke_operator(pool: &PgPool, name: &str) -> anyhow::Result<()> {
+pub async fn revoke_operator(config: &Config, name: &str) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     let token = operator_token()?;
     store::revoke_operator_audited(pool, token.as_deref(), name).await?;
     out!("operator {name} revoked");
@@ -86,7 +92,8 @@ pub async fn revoke_operator(pool: &PgPool, name: &str) -> anyhow::Result<()> {
 }
 
 /// `outbox audit`: the newest `limit` destructive commands.
-pub async fn print_audit(pool: &PgPool, limit: i64, json: bool) -> anyhow::Result<()> {
+pub async fn print_audit(config: &Config, limit: i64, json: bool) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     require(pool, Role::Viewer, "audit").await?;
     let entries = store::audit_trail(pool, limit).await?;
     if json {
@@ -117,7 +124,8 @@ pub async fn print_audit(pool: &PgPool, limit: i64, json: bool) -> anyhow::Resul
 }
 
 /// `outbox release --worker ID`: give back the claims of a host that died, at once.
-pub async fn release_worker(pool: &PgPool, worker: &str, force: bool) -> anyhow::Result<()> {
+pub async fn release_worker(config: &Config, worker: &str, force: bool) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     let operator = require(pool, Role::Admin, "release").await?;
     match store::worker_silence(pool, worker).await? {
         None => anyhow::bail!(

@@ -10,6 +10,8 @@ use outbox_host::contracts::compat::{Compatibility, SchemaDiff};
 use outbox_host::contracts::evolution::{diff_contracts, ContractDiff};
 use outbox_host::contracts::{load_edition, ContractRegistry, EventContract};
 
+use crate::exit_status::ExitStatus;
+
 /// Exit code of `contracts diff` for a breaking change (a load error exits with 2).
 pub const EXIT_BREAKING: u8 = 1;
 
@@ -110,10 +112,23 @@ pub fn check_contracts(dir: &Path, config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `outbox contracts diff OLD NEW`: two editions of one contract file (or two plain JSON
-/// Schema files). Returns the verdict; the caller turns `breaking` into exit code
+/// `outbox contracts diff OLD NEW [--json]`: prints the verdict; exits 0 when identical or
+/// compatible, [`EXIT_BREAKING`] when breaking, 2 when a file cannot be read or is invalid.
+pub fn diff_contract_files(old: &Path, new: &Path, json: bool) -> anyhow::Result<()> {
+    match compare_contract_files(old, new, json) {
+        Ok(Compatibility::Breaking) => Err(ExitStatus(EXIT_BREAKING).into()),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            errln!("error: {e:#}");
+            Err(ExitStatus(2).into())
+        }
+    }
+}
+
+/// Two editions of one contract file (or two plain JSON Schema files), compared and printed.
+/// Returns the verdict; [`diff_contract_files`] turns `breaking` into exit code
 /// [`EXIT_BREAKING`].
-pub fn diff_contract_files(old: &Path, new: &Path, json: bool) -> anyhow::Result<Compatibility> {
+fn compare_contract_files(old: &Path, new: &Path, json: bool) -> anyhow::Result<Compatibility> {
     let (old_value, new_value) = (read_json_or_toml(old)?, read_json_or_toml(new)?);
     let is_contract =
         |v: &serde_json::Value| v.get("event_type").is_some() && v.get("versions").is_some();

@@ -5,7 +5,6 @@
 //! command says why and has changed nothing.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
-use sqlx::PgPool;
 
 use outbox_host::config::{validate_queue_name, Config, SinkKind};
 use outbox_host::queue_pause::QueuePauseControl;
@@ -37,12 +36,8 @@ fn check_queue(config: &Config, queue: &str, paused: &[store::QueuePause]) -> an
 }
 
 /// `outbox queue pause QUEUE [--reason R]`: admin only, audited.
-pub async fn pause_queue(
-    pool: &PgPool,
-    config: &Config,
-    queue: &str,
-    reason: Option<&str>,
-) -> anyhow::Result<()> {
+pub async fn pause_queue(config: &Config, queue: &str, reason: Option<&str>) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     let operator = require(pool, Role::Admin, "queue pause").await?;
     let paused = store::paused_queues(pool).await?;
     check_queue(config, queue, &paused)?;
@@ -84,7 +79,8 @@ pub async fn pause_queue(
 }
 
 /// `outbox queue resume QUEUE`: admin only, audited.
-pub async fn resume_queue(pool: &PgPool, config: &Config, queue: &str) -> anyhow::Result<()> {
+pub async fn resume_queue(config: &Config, queue: &str) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     let operator = require(pool, Role::Admin, "queue resume").await?;
     let paused = store::paused_queues(pool).await?;
     check_queue(config, queue, &paused)?;
@@ -111,7 +107,8 @@ struct QueueControls {
 
 /// `outbox queue list [--json]`: every queue the routes file names (and any paused queue it
 /// does not), with its handler, pause, concurrency and rate limit. Viewer role.
-pub async fn list_queues(pool: &PgPool, config: &Config, json: bool) -> anyhow::Result<()> {
+pub async fn list_queues(config: &Config, json: bool) -> anyhow::Result<()> {
+    let pool = &super::open_store(config).await?;
     require(pool, Role::Viewer, "queue list").await?;
     let paused = store::paused_queues(pool).await?;
     let mut names = config.routes.queue_names();

@@ -1,4 +1,4 @@
-//! `outbox stats`, `outbox routes which` and `outbox config`: the queries are the store's, the
+//! `outbox stats` and `outbox config`: the queries are the store's, the
 //! tables and JSON are made here.
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
@@ -6,15 +6,22 @@ use sqlx::PgPool;
 
 use outbox_host::config::{Config, ShownSetting};
 use outbox_host::queue::QueueKeys;
-pub use outbox_host::routing::explain_route;
 use outbox_host::sink::{
     queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, StreamConsumers,
 };
 use outbox_host::store;
 
-/// Print the status counts (and per-type failures, ordering keys blocked by a retry, live
-/// workers, and each queue of `config` with its sink and what it holds in Redis) of the outbox.
-pub async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::Result<()> {
+/// `outbox stats [--json]`: the status counts (and per-type failures, ordering keys blocked by a
+/// retry, live workers, and each queue of `config` with its sink and what it holds in Redis) of
+/// the outbox. Viewer role.
+pub async fn stats(config: &Config, json: bool) -> anyhow::Result<()> {
+    let pool = super::open_store(config).await?;
+    super::require(&pool, store::Role::Viewer, "stats").await?;
+    print_stats(&pool, config, json).await
+}
+
+/// Print what [`stats`] shows, read with `pool`.
+async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::Result<()> {
     let queues = read_queue_backlogs(config).await;
     let counts = store::status_counts(pool).await?;
     let failed_by_type = store::failed_counts_by_type(pool, 20).await?;
@@ -302,9 +309,23 @@ pub fn no_route_warning(config: &Config, event_type: &str) -> Option<String> {
     }
 }
 
+/// `outbox config`: the routes file in force, then every setting with its source.
+pub fn print_config(config: &Config) -> anyhow::Result<()> {
+    out!(
+        "# routes file: {}",
+        config
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "<built-in>".into())
+    );
+    out!("{}", describe_settings(config));
+    Ok(())
+}
+
 /// Every setting as a `KEY=value  # source` line (env, file or default), for `outbox config`;
 /// URL passwords are redacted.
-pub fn describe_settings(config: &Config) -> String {
+fn describe_settings(config: &Config) -> String {
     render_settings(&config.settings.describe(&config.routes.settings))
 }
 

@@ -3,7 +3,6 @@
 //! It measures nothing itself and never re-implements host behaviour: entries are encoded with
 //! [`QueueEntry::encode`], keys come from [`QueueKeys`], routers from [`LiveConfig::start`].
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -11,9 +10,11 @@ use outbox_host::config::{Config, RoutesFile, Settings};
 use outbox_host::dispatch::Dispatcher;
 use outbox_host::live_config::LiveConfig;
 use outbox_host::queue::{QueueEntry, QueueKeys};
+use outbox_host::receive::Receivers;
 use outbox_host::routing::RouterHandle;
 use outbox_host::sink::RedisSink;
 use outbox_host::store::{self, ClaimedEvent};
+use outbox_host::Host;
 use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -207,13 +208,7 @@ pub(crate) async fn host_throughput_into(
     events: i64,
     sink: impl outbox_host::sink::Sink + 'static,
 ) -> anyhow::Result<f64> {
-    let dispatcher = Dispatcher::new(
-        pool.clone(),
-        sink,
-        router,
-        Arc::new(settings.clone()),
-        "bench-host",
-    );
+    let dispatcher = bench_dispatcher(pool, settings, router, sink, "bench-host").await?;
     let stats = dispatcher.stats();
     let shutdown = CancellationToken::new();
     let start = Instant::now();
@@ -225,6 +220,53 @@ pub(crate) async fn host_throughput_into(
     shutdown.cancel();
     task.await?;
     Ok(rate)
+}
+
+/// A dispatcher assembled by the host's builder (as `outbox run` and `outbox drain` assemble
+/// theirs) on the bench's pool and settings, routed by `router`, handing off through `sink`.
+pub(crate) async fn bench_dispatcher(
+    pool: &PgPool,
+    settings: &Settings,
+    router: RouterHandle,
+    sink: impl outbox_host::sink::Sink + 'static,
+    worker: &str,
+) -> anyhow::Result<Dispatcher> {
+    Host::builder()
+        .config(settings_only(settings))
+        .pool(pool.clone())
+        .router_handle(router)
+        .sink(sink)
+        .worker_id(worker)
+        .build_dispatcher()
+        .await
+        .context("assemble the dispatcher")
+}
+
+/// Receivers assembled by the host's builder (as `outbox run` assembles its own) on the bench's
+/// pool and settings, over the plugins of `live`, consuming as `consumer`.
+pub(crate) async fn bench_receivers(
+    pool: &PgPool,
+    settings: &Settings,
+    live: &LiveConfig,
+    consumer: &str,
+) -> anyhow::Result<Receivers> {
+    Host::builder()
+        .config(settings_only(settings))
+        .pool(pool.clone())
+        .live_config(live.clone())
+        .worker_id(consumer)
+        .build_receivers()
+        .await
+        .context("assemble the receivers")
+}
+
+/// `settings` with no routes file: what is built from it is routed by what the bench gives.
+fn settings_only(settings: &Settings) -> Config {
+    Config {
+        path: None,
+        routes: RoutesFile::default(),
+        settings: settings.clone(),
+    }
 }
 
 /// Load the echo handler and the capability policy plugin (from `plugin_dir`, normally

@@ -2,12 +2,10 @@
 //! transaction, read back from the queue stream the router sends `mail.welcome` to.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outbox_host::config::Settings;
-use outbox_host::dispatch::Dispatcher;
 use outbox_host::queue::{QueueEntry, QueueKeys};
 use outbox_host::routing::RouterHandle;
 use outbox_host::sink::RedisSink;
@@ -16,7 +14,7 @@ use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{prepare, redis_connection};
+use crate::common::{bench_dispatcher, prepare, redis_connection};
 use crate::report::Report;
 use crate::Args;
 
@@ -73,13 +71,7 @@ async fn latency(
     let mut settings = settings.clone();
     settings.dispatch_batch_size = 100;
     let sink = RedisSink::from_settings(&settings).await?;
-    let dispatcher = Dispatcher::new(
-        pool.clone(),
-        sink,
-        router,
-        Arc::new(settings.clone()),
-        "bench-latency",
-    );
+    let dispatcher = bench_dispatcher(pool, &settings, router, sink, "bench-latency").await?;
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(dispatcher.run(shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -18,7 +18,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{
-    bench_event, clear_receiver_state, fill_queue, redis_connection, BENCH_HANDLER, BENCH_QUEUE,
+    bench_event, bench_receivers, clear_receiver_state, fill_queue, redis_connection,
+    BENCH_HANDLER, BENCH_QUEUE,
 };
 use crate::report::Report;
 use crate::Args;
@@ -127,13 +128,7 @@ async fn receiver_throughput(
     .await?;
     let mut settings = settings.clone();
     settings.receiver_concurrency = concurrency;
-    let receivers = Receivers::new(
-        pool.clone(),
-        live.clone(),
-        Arc::new(settings),
-        "bench-receiver",
-    )
-    .await?;
+    let receivers = bench_receivers(pool, &settings, live, "bench-receiver").await?;
     let shutdown = CancellationToken::new();
     let start = Instant::now();
     let task = tokio::spawn(receivers.consume(BENCH_QUEUE.to_string(), shutdown.clone()));
@@ -169,13 +164,7 @@ async fn serial_handle_entry(
     n: usize,
 ) -> anyhow::Result<f64> {
     clear_receiver_state(pool, settings).await?;
-    let receivers = Receivers::new(
-        pool.clone(),
-        live.clone(),
-        Arc::new(settings.clone()),
-        "bench-serial",
-    )
-    .await?;
+    let receivers = bench_receivers(pool, settings, live, "bench-serial").await?;
     let mut conn = redis_connection(settings).await?;
     fill_queue(&mut conn, receivers.keys(), BENCH_QUEUE, 1, n).await?;
     receivers.ensure_group(BENCH_QUEUE).await?;
@@ -297,13 +286,7 @@ async fn redis_bookkeeping_cost(
     live: &LiveConfig,
     n: usize,
 ) -> anyhow::Result<f64> {
-    let receivers = Receivers::new(
-        pool.clone(),
-        live.clone(),
-        Arc::new(settings.clone()),
-        "bench-bookkeeping",
-    )
-    .await?;
+    let receivers = bench_receivers(pool, settings, live, "bench-bookkeeping").await?;
     receivers.ensure_group(BENCH_QUEUE).await?;
     let one = async |event_id: i64| -> anyhow::Result<()> {
         let claim = receivers
