@@ -2,7 +2,7 @@
 //! without a port allows the scheme's default port only). The host resolves names itself and
 //! refuses loopback, link-local, private and other non-public addresses unless the grants name
 //! that IP; it follows no redirects, caps responses at 1 MiB and, when the grants name a signing
-//! secret, signs method, host, path and query, timestamp and body (see the README, "Signed
+//! secret, signs method, host, path and query, timestamp and body (see docs/plugins.md, "Signed
 //! requests"), over `https://` only unless the grants allow plain http.
 //!
 //! ```no_run

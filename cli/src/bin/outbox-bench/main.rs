@@ -11,7 +11,7 @@
 //! default `outbox_bench`, recreated) and Redis prefix (`--redis-prefix`, default
 //! `outbox-bench:`, cleared), so two runs with different names do not clash. `--only e2e,rss`
 //! runs some sections. Ends with one summary table, or with `--json` one JSON document on stdout
-//! (the shape is in `report` and the README). Compares as ratios measured in the same run, never
+//! (the shape is in `report` and bench/README.md). Compares as ratios measured in the same run, never
 //! against fixed times.
 //!
 //! One module per section; shared setup in `common`, the figures in `report`. Every section
