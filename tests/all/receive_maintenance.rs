@@ -76,7 +76,7 @@ async fn the_retry_mover_moves_due_retries_back_into_the_stream_and_leaves_later
     let keys = QueueKeys::new(env.prefix.clone());
     let mut conn = env.redis.clone();
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let member = |id: i64| serde_json::to_string(&["event_id", &id.to_string()]).unwrap();
+    let member = |id: i64| serde_json::to_string(&["event_id", id.to_string().as_str()]).unwrap();
     let _: () = conn
         .zadd(keys.retry_set(QUEUE), member(1), now_ms - 1_000)
         .await
