@@ -33,6 +33,7 @@ mod publish;
 mod queue_controls;
 mod receive;
 mod receive_claims;
+mod receive_maintenance;
 mod redis_cluster;
 mod reload;
 mod repair;

@@ -1,129 +1,46 @@
-//! Consume: the loop that reads one queue and hands each entry to a handler task.
+//! Consume: one queue's receiver loop, and the life of one entry, top to bottom.
 //!
-//! Owns the reading connection (`XREADGROUP` as this consumer), bounded handler concurrency
-//! (the queue's `concurrency`, followed across reloads), reading nothing while the queue is
-//! paused (as the pause rows say, or as its Redis pause key says once an entry met that
-//! barrier; the entries held back by it are recovered once the key is gone) and no more than
-//! its rate limit lets start (see `controls`),
-//! the stream ids handed to a handler task of this loop and not finished yet ([`InFlight`]),
-//! when housekeeping runs, reconnecting with backoff, and how a stopping receiver waits for its
-//! running handlers (all of them when its queue lost its handler, the shutdown grace at
-//! shutdown). After a failed read it recovers this consumer's own pending entries that no
-//! handler task here works on ([`Receivers::recover_own_pending`]): a read whose reply was lost
-//! on a dropped connection has delivered its entries to this consumer all the same, and they
-//! would otherwise wait for the receiver lease. It never records an outcome itself: each entry
-//! goes through [`Receivers::handle_entry`], whose owner-token claim keeps a recovered entry
-//! from running twice.
+//! Reading: the loop reads its queue (`XREADGROUP` as this consumer on a connection of its own)
+//! once a handler task can start, with bounded handler concurrency (the queue's `concurrency`,
+//! followed across reloads), nothing while the queue is paused (as the pause rows say, or as
+//! its Redis pause key says once an entry met that barrier; the entries held back by it are
+//! recovered once the key is gone), no more than its rate limit lets start (see `controls`),
+//! nothing while the receipts stream is full (`receipts_backlog`) or too many entries wait
+//! behind their ordering keys (`ordering`); it runs the maintenance services every
+//! housekeeping round (`housekeeping`, `takeover`), reconnects with backoff, and after a failed
+//! read recovers this consumer's own pending entries that no handler task here works on
+//! ([`Receivers::recover_own_pending`]: a read whose reply was lost on a dropped connection
+//! has delivered its entries to this consumer all the same). Claiming: a read's entries are
+//! claimed together (`claims`) as their tasks start. Running and recording: each entry's task
+//! ([`Receivers::handle_claimed_entry`]) confirms its claim through the pause barrier, runs the
+//! handler (`invoke`) while the claim is renewed, and records the outcome with its receipt
+//! (`outcomes`). A stopping receiver waits for its running handlers (all of them when its
+//! queue lost its handler, the shutdown grace at shutdown). It never records an outcome but
+//! through `outcomes`, whose owner-token checks keep a recovered entry from running twice.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use super::controls::{Concurrency, Starts};
-use super::ordering::{KeyLanes, MAX_HELD_BACK};
-use super::receipts_backlog;
-use super::{ClaimAhead, QueueEntry, Receivers, CONSUMER_GROUP};
+use super::claims::{Claimed, StartConfirmed};
+use super::in_flight::{own_pending_not_in_flight, Handling, InFlightGuard};
+use super::invoke::HandlerFailure;
+use super::ordering::{block_keys_in_retry_set, KeyLanes, MAX_HELD_BACK};
+use super::receipts::HandlerRun;
+use super::receipts_backlog::{ReceiptsBacklog, RECHECK_HELD};
+use super::{ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, Retry, CONSUMER_GROUP};
 use crate::fault;
 use crate::reconnect::Backoff;
 use crate::redis_conn::RedisConn;
 
-/// Own pending entries read per `XREADGROUP` while recovering them after a failed read.
-const RECOVER_PAGE: usize = 100;
-
 /// How long one read of a queue waits for new entries.
 const READ_BLOCK: Duration = Duration::from_millis(200);
 
-/// The stream ids one receiver loop has handed to a handler task that has not finished, and,
-/// while a recovery of own pending entries runs, those that finished since it began (their
-/// entry may still be in the recovery's read, read before its acknowledgement).
-#[derive(Debug, Default)]
-pub(super) struct InFlight {
-    ids: Mutex<InFlightIds>,
-}
-
-#[derive(Debug, Default)]
-struct InFlightIds {
-    running: HashSet<String>,
-    finished_during_recovery: Option<HashSet<String>>,
-}
-
-impl InFlight {
-    /// Mark `stream_id` as handled here; false when a task here already handles it.
-    fn start(&self, stream_id: &str) -> bool {
-        self.ids
-            .lock()
-            .map(|mut ids| ids.running.insert(stream_id.to_string()))
-            .unwrap_or(true)
-    }
-
-    /// The task handling `stream_id` has finished.
-    fn finish(&self, stream_id: &str) {
-        if let Ok(mut ids) = self.ids.lock() {
-            ids.running.remove(stream_id);
-            if let Some(finished) = ids.finished_during_recovery.as_mut() {
-                finished.insert(stream_id.to_string());
-            }
-        }
-    }
-
-    /// Start (true) or end (false) a recovery: from its start, finished ids are remembered.
-    fn recovering(&self, on: bool) {
-        if let Ok(mut ids) = self.ids.lock() {
-            ids.finished_during_recovery = on.then(HashSet::new);
-        }
-    }
-
-    /// Whether a recovery should leave `stream_id` alone: a task here handles it, or finished
-    /// it since the recovery began.
-    fn taken(&self, stream_id: &str) -> bool {
-        self.ids.lock().map_or(true, |ids| {
-            ids.running.contains(stream_id)
-                || ids
-                    .finished_during_recovery
-                    .as_ref()
-                    .is_some_and(|f| f.contains(stream_id))
-        })
-    }
-}
-
-/// Removes a stream id from [`InFlight`] when its handler task ends (or is aborted).
-pub(super) struct InFlightGuard {
-    in_flight: Arc<InFlight>,
-    stream_id: String,
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.in_flight.finish(&self.stream_id);
-    }
-}
-
-/// The handler tasks of one receiver loop: the concurrency permits, the tasks, and the stream
-/// ids they handle.
-pub(super) struct Handling {
-    /// The handler permits, sized to the queue's concurrency.
-    concurrency: Concurrency,
-    tasks: tokio::task::JoinSet<()>,
-    in_flight: Arc<InFlight>,
-    /// On an ordered queue: the entries of each ordering key, one running at a time.
-    lanes: Arc<KeyLanes<(QueueEntry, InFlightGuard)>>,
-}
-
-impl Handling {
-    /// At most `concurrency` handler tasks at once.
-    pub(super) fn new(concurrency: usize) -> Self {
-        Self {
-            concurrency: Concurrency::new(concurrency),
-            tasks: tokio::task::JoinSet::new(),
-            in_flight: Arc::default(),
-            lanes: Arc::default(),
-        }
-    }
-}
+/// [`READ_BLOCK`] in milliseconds, as `XREADGROUP BLOCK` takes it.
+const READ_BLOCK_MS: usize = READ_BLOCK.as_millis() as usize;
 
 impl Receivers {
     /// Consume `queue` until shutdown: read new entries, reclaim stale ones, move due retries,
@@ -162,12 +79,15 @@ impl Receivers {
         self.receipts.start_for(&queue);
         tracing::info!(%queue, consumer = %self.consumer, "receiver started");
         let mut handling = Handling::new(self.concurrency_of(&queue));
-        if !self.pauses.first_read().await {
+        if !self.controls.pauses.first_read().await {
             tracing::warn!(%queue, "cannot read the queue pauses (PostgreSQL unreachable?); reading the queue, a pause applies once it is read");
         }
         if self.live.routes.load().is_ordered(&queue) {
             // Entries waiting for a retry keep their keys blocked across a restart.
-            match self.block_keys_in_retry_set(&queue, &handling.lanes).await {
+            let lease = self.settings.receiver_lease;
+            match block_keys_in_retry_set(&self.conn, &self.keys, lease, &queue, &handling.lanes)
+                .await
+            {
                 Ok(0) => {}
                 Ok(blocked) => {
                     tracing::info!(%queue, blocked, "ordered queue: keys wait for their entries in the retry set")
@@ -181,10 +101,14 @@ impl Receivers {
         let mut last_housekeeping = Instant::now() - Duration::from_secs(3600);
         // Set by a failed read: recover this consumer's own pending entries before reading on.
         let mut recover = false;
-        let mut receipts_backlog = receipts_backlog::ReceiptsBacklog::default();
+        let mut receipts_backlog = ReceiptsBacklog::new(
+            self.conn.clone(),
+            self.keys.receipts_stream(&queue),
+            self.settings.receipts_stream_max_len,
+        );
         while !stop.is_cancelled() {
             while handling.tasks.try_join_next().is_some() {}
-            let paused = self.pauses.is_paused(&queue);
+            let paused = self.controls.pauses.is_paused(&queue);
             if last_housekeeping.elapsed()
                 >= (self.settings.receiver_lease / 4).min(Duration::from_secs(5))
             {
@@ -193,10 +117,11 @@ impl Receivers {
                     tracing::warn!(%queue, error = %e, "receiver housekeeping failed");
                 }
             } else if self
+                .controls
                 .retries_due
                 .take_due(&queue, chrono::Utc::now().timestamp_millis())
             {
-                if let Err(e) = self.move_due_retries(&queue).await {
+                if let Err(e) = self.maintenance.retries.run_once(&queue).await {
                     tracing::warn!(%queue, error = %e, "moving due retries failed; the next housekeeping round moves them");
                 }
             }
@@ -207,32 +132,29 @@ impl Receivers {
             if paused {
                 // Read nothing new; running handlers finish. Housekeeping still moves due
                 // retries into the stream, where they wait like every other entry.
-                self.pauses.changed_within(READ_BLOCK, &stop).await;
+                self.controls.pauses.changed_within(READ_BLOCK, &stop).await;
                 continue;
             }
-            if self.held_by_pause.holds(&queue) {
+            if self.controls.held_by_pause.holds(&queue) {
                 // Entries met the pause barrier: the pause key rules until it is gone (the
                 // pause rows may not say so yet), then they are recovered from this consumer's
                 // pending entries.
                 match self.pause_key_exists(&queue).await {
                     Ok(false) => {
-                        self.held_by_pause.clear(&queue);
+                        self.controls.held_by_pause.clear(&queue);
                         recover = true;
                     }
                     Ok(true) | Err(_) => {
-                        self.pauses.changed_within(READ_BLOCK, &stop).await;
+                        self.controls.pauses.changed_within(READ_BLOCK, &stop).await;
                         continue;
                     }
                 }
             }
-            if self
-                .receipts_backlog_full(&queue, &mut receipts_backlog)
-                .await
-            {
+            if receipts_backlog.full(&queue).await {
                 // The same, until the receipt writer catches up (see `receipts_backlog`).
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(receipts_backlog::RECHECK_HELD) => {}
+                    _ = tokio::time::sleep(RECHECK_HELD) => {}
                 }
                 continue;
             }
@@ -289,7 +211,9 @@ impl Receivers {
                 }
                 let mut available = permits.available_permits().max(1);
                 // Under a rate limit, read only as many entries as may start now.
-                let starts = match self.take_starts(&queue, available).await {
+                let limit = self.live.routes.load().rate_limit_of(&queue);
+                let limiter = &self.controls.rate_limiter;
+                let starts = match limiter.take_starts(&queue, limit, available).await {
                     Ok(starts) => starts,
                     Err(e) => {
                         let give_up = backoff
@@ -316,11 +240,11 @@ impl Receivers {
                 let opts = StreamReadOptions::default()
                     .group(CONSUMER_GROUP, &self.consumer)
                     .count(available)
-                    .block(READ_BLOCK.as_millis() as usize);
+                    .block(READ_BLOCK_MS);
                 let keys = [&key];
                 let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
                     _ = stop.cancelled() => {
-                        self.refund_starts(&queue, starts.as_ref(), 0).await;
+                        limiter.refund_starts(&queue, starts.as_ref(), 0).await;
                         break;
                     }
                     r = connection.xread_options(&keys, &[">"], &opts) => r,
@@ -329,7 +253,7 @@ impl Receivers {
                     Ok(Some(reply)) => reply.keys.iter().map(|k| k.ids.len()).sum(),
                     _ => 0,
                 };
-                self.refund_starts(&queue, starts.as_ref(), used).await;
+                limiter.refund_starts(&queue, starts.as_ref(), used).await;
                 read
             };
             match read {
@@ -401,37 +325,33 @@ impl Receivers {
             .unwrap_or(self.settings.receiver_concurrency)
     }
 
-    /// Up to `want` starts from `queue`'s rate limit window; `None` when it has no limit.
-    async fn take_starts(&self, queue: &str, want: usize) -> redis::RedisResult<Option<Starts>> {
-        let Some(limit) = self.live.routes.load().rate_limit_of(queue) else {
-            return Ok(None);
-        };
-        let mut conn = self.conn.clone();
-        let starts = self
-            .rate_limiter
-            .take(&mut conn, &self.keys, queue, limit, want)
-            .await?;
-        if starts.granted < want {
-            metrics::counter!("outbox_queue_rate_limited_total", "queue" => queue.to_string())
-                .increment(1);
+    /// One housekeeping round on `queue`, each maintenance service once: move due retries,
+    /// reclaim entries held past the lease and take a dead host's (both handed to handler
+    /// tasks; not while the queue is `paused`: they wait, pending, until it resumes), trim
+    /// acknowledged ones.
+    async fn housekeeping(
+        &self,
+        queue: &str,
+        handling: &mut Handling,
+        paused: bool,
+    ) -> Result<(), ReceiveError> {
+        let services = &self.maintenance;
+        services.retries.run_once(queue).await?;
+        if !paused {
+            let reclaimed = services.reclaimer.run_once(queue).await?;
+            self.spawn_handlers(queue, reclaimed, handling).await;
+            // Entries of a host whose heartbeat stopped: taken now, not after the lease.
+            let handler = self.live.routes.load().handlers.get(queue).cloned();
+            if let Some(handler) = handler {
+                match services.takeover.run_once(queue, &handler).await {
+                    Ok(taken) => self.spawn_handlers(queue, taken, handling).await,
+                    Err(e) => {
+                        tracing::warn!(%queue, error = %e, "could not take over the entries of a host whose heartbeat stopped; they wait for the receiver lease")
+                    }
+                }
+            }
         }
-        Ok(Some(starts))
-    }
-
-    /// Give back the starts a read did not use (it returned `used` entries).
-    async fn refund_starts(&self, queue: &str, starts: Option<&Starts>, used: usize) {
-        let Some(starts) = starts else {
-            return;
-        };
-        let mut conn = self.conn.clone();
-        if let Err(e) = self
-            .rate_limiter
-            .refund(&mut conn, &self.keys, queue, starts, used)
-            .await
-        {
-            // The window closes on its own: the limit is only stricter until then.
-            tracing::debug!(%queue, error = %e, "could not give back unused rate limit starts");
-        }
+        services.trimmer.run_once(queue).await.map(drop)
     }
 
     /// Hand this consumer's own pending entries on `queue` that no handler task of this loop
@@ -447,32 +367,8 @@ impl Receivers {
         handling: &mut Handling,
     ) -> redis::RedisResult<usize> {
         let key = self.keys.stream(queue);
-        let opts = StreamReadOptions::default()
-            .group(CONSUMER_GROUP, &self.consumer)
-            .count(RECOVER_PAGE);
-        handling.in_flight.recovering(true);
-        let mut after = "0".to_string();
-        let mut recovered = Vec::new();
-        let read = loop {
-            let page: Option<StreamReadReply> =
-                match connection.xread_options(&[&key], &[&after], &opts).await {
-                    Ok(page) => page,
-                    Err(e) => break Err(e),
-                };
-            let ids: Vec<_> = page
-                .map(|p| p.keys.into_iter().flat_map(|k| k.ids).collect())
-                .unwrap_or_default();
-            let Some(last) = ids.last() else {
-                break Ok(());
-            };
-            after = last.id.clone();
-            recovered.extend(
-                ids.iter()
-                    .filter(|id| !handling.in_flight.taken(&id.id))
-                    .map(QueueEntry::from_stream),
-            );
-        };
-        handling.in_flight.recovering(false);
+        let (recovered, read) =
+            own_pending_not_in_flight(connection, &key, &self.consumer, &handling.in_flight).await;
         let count = recovered.len();
         if count > 0 {
             tracing::warn!(%queue, count, "recovered entries delivered to this consumer by a read whose reply was lost");
@@ -486,7 +382,7 @@ impl Receivers {
 
     /// Handle each of `entries` on its own task, unless a task of this loop handles it already:
     /// as concurrency permits come free, a group at a time, the group's idempotency claims made
-    /// in one round trip ([`Receivers::claim_ahead`]) before its tasks start. A group is what is
+    /// in one round trip (`Claims::claim_ahead`) before its tasks start. A group is what is
     /// free at once (at least one permit, waited for), so a claim never waits for a permit.
     ///
     /// On a queue marked ordered, an entry with an ordering key starts only when no entry of its
@@ -503,13 +399,7 @@ impl Receivers {
         let admitted = entries
             .into_iter()
             .filter_map(|entry| {
-                handling.in_flight.start(&entry.stream_id).then(|| {
-                    let guard = InFlightGuard {
-                        in_flight: handling.in_flight.clone(),
-                        stream_id: entry.stream_id.clone(),
-                    };
-                    (entry, guard)
-                })
+                InFlightGuard::start(&handling.in_flight, &entry.stream_id).map(|g| (entry, g))
             })
             .filter_map(|(entry, guard)| {
                 let key = ordered
@@ -557,7 +447,7 @@ impl Receivers {
                 Some(handler) => {
                     let read: Vec<&QueueEntry> =
                         group.iter().map(|((_, (entry, _)), _)| entry).collect();
-                    self.claim_ahead(queue, &handler, &read).await
+                    self.claims.claim_ahead(queue, &handler, &read).await
                 }
                 None => group.iter().map(|_| ClaimAhead::NotTried).collect(),
             };
@@ -581,30 +471,200 @@ impl Receivers {
             }
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// Run `first` (an entry of ordering key `key` its lane admitted, with its claim made
+    /// ahead), then, one at a time, the entries of the key that wait behind it, until none
+    /// waits or one asks for a retry (the key then waits for that event's entry to come back,
+    /// at most its retry delay plus twice the receiver lease).
+    async fn handle_in_lane<G>(
+        &self,
+        queue: &str,
+        lanes: &KeyLanes<(QueueEntry, G)>,
+        key: &str,
+        first: (QueueEntry, G),
+        ahead: ClaimAhead,
+    ) {
+        let mut next = Some((first, ahead));
+        while let Some(((entry, guard), ahead)) = next.take() {
+            let event_id = entry.event_id();
+            let handled = self.handle_claimed_entry(queue, entry, ahead).await;
+            drop(guard);
+            let retry = match (&handled, event_id) {
+                (HandledAs::Retry { after, .. }, Some(event_id)) => Some((
+                    event_id,
+                    Instant::now() + *after + self.settings.receiver_lease * 2,
+                )),
+                _ => None,
+            };
+            next = lanes
+                .finish(key, retry)
+                .map(|item| (item, ClaimAhead::NotTried));
+        }
+    }
 
-    #[test]
-    fn a_recovery_leaves_running_entries_and_those_finished_while_it_ran() {
-        let in_flight = InFlight::default();
-        assert!(in_flight.start("1-0"));
-        assert!(!in_flight.start("1-0"), "one task per entry");
-        assert!(in_flight.start("2-0"));
-        in_flight.finish("2-0");
-        assert!(in_flight.taken("1-0"));
-        assert!(!in_flight.taken("2-0"), "finished before any recovery");
+    /// [`handle_entry`](Self::handle_entry) with what a claim made before the entry's task
+    /// started found (`consume` claims a read's entries in one round trip). A claim made ahead
+    /// names the handler it was made for, and that handler runs the entry.
+    pub(super) async fn handle_claimed_entry(
+        &self,
+        queue: &str,
+        entry: QueueEntry,
+        ahead: ClaimAhead,
+    ) -> HandledAs {
+        let handler = match ahead.handler() {
+            Some(handler) => handler.to_string(),
+            None => match self.live.routes.load().handlers.get(queue) {
+                Some(handler) => handler.clone(),
+                None => {
+                    tracing::warn!(%queue, "no handler bound to this queue any more (its receiver is stopping); the entry stays pending until a handler is bound again");
+                    return HandledAs::Busy;
+                }
+            },
+        };
+        let attempt = entry.handler_attempt();
+        let Some(event_id) = entry.event_id() else {
+            return self
+                .outcomes
+                .dead_letter(
+                    queue,
+                    &handler,
+                    None,
+                    &entry,
+                    "malformed entry: no event_id".into(),
+                    None,
+                )
+                .await;
+        };
+        let claimed = match ahead {
+            ClaimAhead::Held(claim) => Ok(Claimed::Held(claim)),
+            ClaimAhead::Refused(_) => Ok(Claimed::Refused),
+            ClaimAhead::Paused(_) => Ok(Claimed::Paused),
+            ClaimAhead::Unknown(claim) => self.claims.claim(claim).await,
+            ClaimAhead::NotTried => {
+                let claim = self.claims.new_claim(queue, &handler, event_id);
+                self.claims.claim(claim).await
+            }
+        };
+        let mut claim = match claimed {
+            Ok(Claimed::Held(claim)) => claim,
+            Ok(Claimed::Paused) => return self.held_back_by_pause(queue, event_id),
+            Ok(Claimed::Refused) => {
+                if self.claims.already_done(queue, &handler, event_id).await {
+                    let acked = self
+                        .outcomes
+                        .ack_duplicate(queue, &entry.stream_id, event_id, &handler)
+                        .await;
+                    if let Err(e) = acked {
+                        tracing::warn!(%queue, event_id, error = %e, "could not acknowledge a duplicate; it will be delivered again");
+                    }
+                    metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string())
+                        .increment(1);
+                    return HandledAs::Duplicate;
+                }
+                return HandledAs::Busy;
+            }
+            Err(e) => {
+                tracing::error!(%queue, event_id, error = %e, "idempotency claim failed; entry stays pending");
+                return HandledAs::Busy;
+            }
+        };
 
-        in_flight.recovering(true);
-        in_flight.finish("1-0");
-        assert!(
-            in_flight.taken("1-0"),
-            "finished during the recovery: its entry may be in the recovery's read, acknowledged since"
-        );
-        assert!(!in_flight.taken("3-0"), "pending here, handled by no task");
-        in_flight.recovering(false);
-        assert!(!in_flight.taken("1-0"));
+        let started = Instant::now();
+        if let Some(supported) = self.invoker.unsupported_version(&handler, &entry) {
+            tracing::info!(%queue, event_id, %handler, version = entry.event_version(), supported = %supported, "handler does not support this event version; skipped");
+            let run = HandlerRun {
+                event_id,
+                handler: handler.clone(),
+                queue: queue.to_string(),
+                attempts: attempt as i32,
+                duration: started.elapsed(),
+                published: Vec::new(),
+            };
+            let handled = self
+                .outcomes
+                .record_skipped_version(queue, &claim, &entry.stream_id, &run)
+                .await;
+            metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => HandledAs::label(&handled)).increment(1);
+            return handled;
+        }
+        // The pause barrier: a claim granted longer ago than the fence a pause waits for is
+        // confirmed first (the queue may have been paused since).
+        if !claim.may_start_unconfirmed() {
+            match self.claims.confirm_start(&mut claim).await {
+                Ok(StartConfirmed::Start) => {}
+                Ok(StartConfirmed::Paused) => return self.held_back_by_pause(queue, event_id),
+                Ok(StartConfirmed::Lost) => {
+                    tracing::warn!(%queue, event_id, %handler, "the claim lapsed before its handler started; the entry is left to its new owner");
+                    return HandledAs::LostClaim;
+                }
+                Err(e) => {
+                    tracing::warn!(%queue, event_id, error = %e, "cannot confirm the claim before its handler starts (is the queue paused?); the entry stays pending");
+                    return HandledAs::Busy;
+                }
+            }
+        }
+        // One span per handler run, a child of the event's producer (the entry's traceparent);
+        // the host calls' spans and the children's traceparent come from it.
+        let span = tracing::debug_span!(parent: None, "outbox.handle", queue, handler = %handler, event_id, attempt, outcome = tracing::field::Empty);
+        crate::trace_context::set_remote_parent(&span, entry.headers());
+        // The claim is renewed for as long as the handler runs; the renewal ends with it.
+        let (outcome, published, (receipt_event, receipt_handler)) = tokio::select! {
+            ran = self.invoker.run(queue, &handler, &entry, attempt).instrument(span.clone()) => ran,
+            never = self.claims.hold(queue, &claim, &entry.stream_id) => match never {},
+        };
+        let duration = started.elapsed();
+        // Its receipt goes to the receipts stream in the step that records the outcome.
+        let run = HandlerRun {
+            event_id: receipt_event,
+            handler: receipt_handler,
+            queue: queue.to_string(),
+            attempts: attempt as i32,
+            duration,
+            published,
+        };
+        let handled = match outcome {
+            Ok(()) => {
+                self.outcomes
+                    .record_ok(queue, &claim, &entry.stream_id, &run)
+                    .await
+            }
+            Err(HandlerFailure::Fail(reason)) => {
+                self.outcomes
+                    .dead_letter(queue, &handler, Some(&claim), &entry, reason, Some(&run))
+                    .await
+            }
+            Err(HandlerFailure::Retry { reason, .. })
+                if attempt > self.settings.handler_max_retries =>
+            {
+                let reason = format!("gave up after {attempt} attempts: {reason}");
+                self.outcomes
+                    .dead_letter(queue, &handler, Some(&claim), &entry, reason, Some(&run))
+                    .await
+            }
+            Err(HandlerFailure::Retry { reason, after }) => {
+                let retry = Retry {
+                    attempt,
+                    delay: after.unwrap_or_else(|| self.settings.handler_backoff_after(attempt)),
+                    reason,
+                };
+                self.outcomes
+                    .schedule_retry(queue, &claim, &entry, retry, Some(&run))
+                    .await
+            }
+        };
+        span.record("outcome", HandledAs::label(&handled));
+        metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => HandledAs::label(&handled)).increment(1);
+        metrics::histogram!("outbox_handler_seconds", "handler" => handler.clone())
+            .record(duration.as_secs_f64());
+        handled
+    }
+
+    /// An entry of `queue` met the pause barrier before its handler started: it stays pending
+    /// here, and its receiver recovers it once the queue's pause key is gone.
+    fn held_back_by_pause(&self, queue: &str, event_id: i64) -> HandledAs {
+        tracing::debug!(%queue, event_id, "queue paused before the handler started; the entry waits pending for the resume");
+        self.controls.held_by_pause.note(queue);
+        metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => HandledAs::label(&HandledAs::Paused)).increment(1);
+        HandledAs::Paused
     }
 }

@@ -8,7 +8,7 @@
 //! reloads change it ([`Concurrency`]), the queue's rate limit (a window counted in Redis for
 //! every host together: [`RateLimiter`]), and when a queue's earliest retry is due
 //! ([`RetriesDue`]), so that a retry comes back when its log line said, not at the next
-//! housekeeping round. It never runs a handler and never drops an entry: the entries of a
+//! housekeeping round; [`QueueControls`] bundles them for a process's receivers. It never runs a handler and never drops an entry: the entries of a
 //! paused or limited queue wait in the stream, unread.
 
 use std::collections::{BTreeSet, HashMap};
@@ -28,6 +28,32 @@ use crate::queue::QueueKeys;
 use crate::queue_pause::reassert_pause_keys;
 use crate::reconnect::Backoff;
 use crate::store::QUEUE_PAUSE_CHANNEL;
+
+/// The controls of every queue this process consumes, shared by its receivers.
+#[derive(Clone)]
+pub(super) struct QueueControls {
+    /// Which queues are paused (followed from PostgreSQL).
+    pub(super) pauses: QueuePauses,
+    /// The queues' rate limit windows.
+    pub(super) rate_limiter: Arc<RateLimiter>,
+    /// When each queue's next retry scheduled here is due.
+    pub(super) retries_due: Arc<RetriesDue>,
+    /// The queues with entries held back here by the pause barrier.
+    pub(super) held_by_pause: Arc<HeldByPause>,
+}
+
+impl QueueControls {
+    /// Start following the pause table of `pool` (re-asserting the pause keys of `keys` on
+    /// `conn` for the handler-bound queues of `live`); rate limits counted on `conn`.
+    pub(super) fn spawn(pool: PgPool, conn: RedisConn, keys: QueueKeys, live: LiveConfig) -> Self {
+        Self {
+            pauses: QueuePauses::spawn(pool, conn.clone(), keys.clone(), live),
+            rate_limiter: Arc::new(RateLimiter::new(conn, keys)),
+            retries_due: Arc::default(),
+            held_by_pause: Arc::default(),
+        }
+    }
+}
 
 /// How often the pause table is re-read even without a notification (a lost `NOTIFY`, a
 /// listener reconnecting): a pause is seen within this much.
@@ -278,35 +304,62 @@ pub(super) struct Starts {
 /// The rate limit windows of a process's queues, counted in Redis (one hash per queue,
 /// [`QueueKeys::rate_limit`]) so that every host of a queue shares one limit.
 pub(super) struct RateLimiter {
+    conn: RedisConn,
+    keys: QueueKeys,
     take: redis::Script,
     refund: redis::Script,
 }
 
 impl RateLimiter {
-    /// The two scripts.
-    pub(super) fn new() -> Self {
+    /// The windows of the queues of `keys`, counted on `conn`.
+    pub(super) fn new(conn: RedisConn, keys: QueueKeys) -> Self {
         Self {
+            conn,
+            keys,
             take: redis::Script::new(TAKE_LUA),
             refund: redis::Script::new(REFUND_LUA),
         }
     }
 
-    /// Take up to `want` starts of `queue`'s window under `limit`.
-    pub(super) async fn take(
+    /// Up to `want` starts from `queue`'s window under `limit`; `None` when it has no limit.
+    /// Counts the reads the limit cut short.
+    pub(super) async fn take_starts(
         &self,
-        conn: &mut RedisConn,
-        keys: &QueueKeys,
         queue: &str,
-        limit: RateLimit,
+        limit: Option<RateLimit>,
         want: usize,
-    ) -> redis::RedisResult<Starts> {
+    ) -> redis::RedisResult<Option<Starts>> {
+        let Some(limit) = limit else {
+            return Ok(None);
+        };
+        let starts = self.take(queue, limit, want).await?;
+        if starts.granted < want {
+            metrics::counter!("outbox_queue_rate_limited_total", "queue" => queue.to_string())
+                .increment(1);
+        }
+        Ok(Some(starts))
+    }
+
+    /// Give back the starts a read did not use (it returned `used` entries); a failure only
+    /// logs (the window closes on its own: the limit is only stricter until then).
+    pub(super) async fn refund_starts(&self, queue: &str, starts: Option<&Starts>, used: usize) {
+        let Some(starts) = starts else {
+            return;
+        };
+        if let Err(e) = self.refund(queue, starts, used).await {
+            tracing::debug!(%queue, error = %e, "could not give back unused rate limit starts");
+        }
+    }
+
+    /// Take up to `want` starts of `queue`'s window under `limit`.
+    async fn take(&self, queue: &str, limit: RateLimit, want: usize) -> redis::RedisResult<Starts> {
         let (granted, window, ttl): (i64, String, i64) = self
             .take
-            .key(keys.rate_limit(queue))
+            .key(self.keys.rate_limit(queue))
             .arg(limit.max)
             .arg(limit.duration_ms)
             .arg(want)
-            .invoke_async(conn)
+            .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Starts {
             granted: granted.max(0) as usize,
@@ -317,24 +370,17 @@ impl RateLimiter {
 
     /// Give back the starts of `starts` that `used` did not use (a read returned fewer
     /// entries), while their window is open.
-    pub(super) async fn refund(
-        &self,
-        conn: &mut RedisConn,
-        keys: &QueueKeys,
-        queue: &str,
-        starts: &Starts,
-        used: usize,
-    ) -> redis::RedisResult<()> {
+    async fn refund(&self, queue: &str, starts: &Starts, used: usize) -> redis::RedisResult<()> {
         let unused = starts.granted.saturating_sub(used);
         if unused == 0 {
             return Ok(());
         }
         let _: i64 = self
             .refund
-            .key(keys.rate_limit(queue))
+            .key(self.keys.rate_limit(queue))
             .arg(&starts.window)
             .arg(unused)
-            .invoke_async(conn)
+            .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
     }

@@ -1,16 +1,23 @@
-//! Housekeeping: the periodic chores of one queue's receiver.
+//! Housekeeping: the maintenance services of a queue's receivers, each one round at a time.
 //!
-//! Owns moving due retries from the retry set back into the stream (noting when the next is
-//! due), reclaiming entries a
-//! consumer held past the receiver lease (`XAUTOCLAIM`), and trimming the stream below what
-//! every consumer group still needs. It never trims what a group has not acknowledged and never
-//! runs a handler itself: reclaimed entries go back through the consumer.
+//! Owns three services, each with a `run_once(queue)` the receiver calls every housekeeping
+//! round (a quarter of the receiver lease, at most 5 s) and a test can call directly:
+//! [`RetryMover`] moves due retries from the retry set back into the stream (noting when the
+//! next is due, so the receiver moves it then), [`Reclaimer`] takes the entries a consumer held
+//! past the receiver lease (`XAUTOCLAIM`), and [`StreamTrimmer`] trims the stream below what
+//! every consumer group still needs. Taking a dead host's entries before the lease is the fourth
+//! service, in `takeover`. It never trims what a group has not acknowledged and never runs a
+//! handler itself: reclaimed entries are returned, and go back through the consumer.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::redis_conn::RedisConn;
 use redis::AsyncCommands;
 
-use super::consume::Handling;
-use super::{ctx, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
+use super::controls::RetriesDue;
+use super::{ctx, QueueEntry, ReceiveError, CONSUMER_GROUP};
+use crate::queue::QueueKeys;
 
 /// Move due retries back into the stream: KEYS[1] retry set, KEYS[2] stream; ARGV[1] now (ms).
 /// Returns {moved, the next retry's due time in ms or -1}.
@@ -30,20 +37,47 @@ return {#due, -1}
 /// Due retries moved per script call; more are moved on the next call at once.
 const MOVE_DUE_BATCH: i64 = 100;
 
-/// The script that moves due retries back into a stream.
-pub(super) fn move_due_script() -> redis::Script {
-    redis::Script::new(MOVE_DUE_LUA)
+/// Entries reclaimed per `XAUTOCLAIM` call.
+const RECLAIM_PAGE: usize = 100;
+
+/// Moves a queue's due retries from its retry set back into its stream.
+#[derive(Clone)]
+pub struct RetryMover {
+    conn: RedisConn,
+    keys: QueueKeys,
+    script: Arc<redis::Script>,
+    /// Where the next retry's due time is noted (shared with the outcomes that schedule them).
+    retries_due: Arc<RetriesDue>,
 }
 
-impl Receivers {
-    /// Move `queue`'s due retries back into its stream, and note when the next one is due
-    /// (the receiver moves it then, not at the next housekeeping round). Returns how many
-    /// moved.
-    pub(super) async fn move_due_retries(&self, queue: &str) -> Result<i64, ReceiveError> {
+impl RetryMover {
+    /// A mover on `conn` for the queues of `keys`.
+    pub fn new(conn: RedisConn, keys: QueueKeys) -> Self {
+        Self::noting_in(conn, keys, Arc::default())
+    }
+
+    /// A mover that notes when each queue's next retry is due in `retries_due`.
+    pub(super) fn noting_in(
+        conn: RedisConn,
+        keys: QueueKeys,
+        retries_due: Arc<RetriesDue>,
+    ) -> Self {
+        Self {
+            conn,
+            keys,
+            script: Arc::new(redis::Script::new(MOVE_DUE_LUA)),
+            retries_due,
+        }
+    }
+
+    /// Move `queue`'s due retries (at most a batch of 100) back into its stream, and note when
+    /// the next one is due (the receiver moves it then, not at the next housekeeping round; at
+    /// once when a full batch moved). Returns how many moved.
+    pub async fn run_once(&self, queue: &str) -> Result<i64, ReceiveError> {
         let mut conn = self.conn.clone();
         let now_ms = chrono::Utc::now().timestamp_millis();
         let (moved, next_due): (i64, i64) = ctx(
-            self.move_due
+            self.script
                 .key(self.keys.retry_set(queue))
                 .key(self.keys.stream(queue))
                 .arg(now_ms)
@@ -58,33 +92,42 @@ impl Receivers {
         }
         Ok(moved)
     }
+}
 
-    /// One round of chores on `queue`: move due retries, reclaim and handle stale entries
-    /// (not while the queue is `paused`: they wait, pending, until it resumes), trim
-    /// acknowledged ones.
-    pub(super) async fn housekeeping(
-        &self,
-        queue: &str,
-        handling: &mut Handling,
-        paused: bool,
-    ) -> Result<(), ReceiveError> {
-        let key = self.keys.stream(queue);
-        let mut conn = self.conn.clone();
-        self.move_due_retries(queue).await?;
-        if paused {
-            return trim_acknowledged(&mut conn, &key).await;
+/// Takes the entries a consumer held past the receiver lease (it died, or stalled), for one
+/// consumer to handle again.
+#[derive(Clone)]
+pub struct Reclaimer {
+    conn: RedisConn,
+    keys: QueueKeys,
+    consumer: String,
+    lease: Duration,
+}
+
+impl Reclaimer {
+    /// A reclaimer taking entries for `consumer` once they were idle for `lease`.
+    pub fn new(conn: RedisConn, keys: QueueKeys, consumer: String, lease: Duration) -> Self {
+        Self {
+            conn,
+            keys,
+            consumer,
+            lease,
         }
-        // Entries a dead (or stalled) consumer held longer than the lease.
+    }
+
+    /// Claim up to 100 entries of `queue` idle past the lease for this consumer (`XAUTOCLAIM`)
+    /// and return them, to be handled (their idempotency claims decide whether they run).
+    pub async fn run_once(&self, queue: &str) -> Result<Vec<QueueEntry>, ReceiveError> {
         let reply: redis::Value = ctx(
             redis::cmd("XAUTOCLAIM")
-                .arg(&key)
+                .arg(self.keys.stream(queue))
                 .arg(CONSUMER_GROUP)
                 .arg(&self.consumer)
-                .arg(self.settings.receiver_lease.as_millis() as u64)
+                .arg(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX))
                 .arg("0-0")
                 .arg("COUNT")
-                .arg(100)
-                .query_async(&mut conn)
+                .arg(RECLAIM_PAGE)
+                .query_async(&mut self.conn.clone())
                 .await,
             || format!("reclaim stale entries of {queue}"),
         )?;
@@ -94,12 +137,28 @@ impl Receivers {
             metrics::counter!("outbox_receiver_reclaimed_total", "queue" => queue.to_string())
                 .increment(claimed.len() as u64);
         }
-        self.spawn_handlers(queue, claimed, handling).await;
-        // Entries of a host whose heartbeat stopped: taken now, not after the receiver lease.
-        if let Err(e) = self.take_over_dead_consumers(queue, handling).await {
-            tracing::warn!(%queue, error = %e, "could not take over the entries of a host whose heartbeat stopped; they wait for the receiver lease");
-        }
-        trim_acknowledged(&mut conn, &key).await
+        Ok(claimed)
+    }
+}
+
+/// Trims a queue's stream below the oldest entry any consumer group still needs.
+#[derive(Clone)]
+pub struct StreamTrimmer {
+    conn: RedisConn,
+    keys: QueueKeys,
+}
+
+impl StreamTrimmer {
+    /// A trimmer on `conn` for the queues of `keys`.
+    pub fn new(conn: RedisConn, keys: QueueKeys) -> Self {
+        Self { conn, keys }
+    }
+
+    /// Trim `queue`'s stream below its oldest pending or unread entry of every group; returns
+    /// how many entries went (0 when nothing could be trimmed, or the trim failed: the next
+    /// round tries again).
+    pub async fn run_once(&self, queue: &str) -> Result<u64, ReceiveError> {
+        trim_acknowledged(&mut self.conn.clone(), &self.keys.stream(queue)).await
     }
 }
 
@@ -127,13 +186,13 @@ fn parse_autoclaim(reply: redis::Value) -> Vec<QueueEntry> {
 
 /// Trim a stream below the oldest entry any consumer group still needs (its oldest pending
 /// entry, or what it has not read yet). Streams nobody consumes are never trimmed.
-async fn trim_acknowledged(conn: &mut RedisConn, key: &str) -> Result<(), ReceiveError> {
+async fn trim_acknowledged(conn: &mut RedisConn, key: &str) -> Result<u64, ReceiveError> {
     let groups: redis::streams::StreamInfoGroupsReply = match conn.xinfo_groups(key).await {
         Ok(g) => g,
-        Err(_) => return Ok(()),
+        Err(_) => return Ok(0),
     };
     if groups.groups.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let mut floor: Option<(u64, u64)> = None;
     for group in &groups.groups {
@@ -157,19 +216,20 @@ async fn trim_acknowledged(conn: &mut RedisConn, key: &str) -> Result<(), Receiv
             Some(next_id(&group.last_delivered_id))
         };
         let Some(id) = needed.and_then(|id| parse_id(&id)) else {
-            return Ok(());
+            return Ok(0);
         };
         floor = Some(floor.map_or(id, |f| f.min(id)));
     }
-    if let Some((ms, seq)) = floor {
-        let _: redis::RedisResult<i64> = redis::cmd("XTRIM")
-            .arg(key)
-            .arg("MINID")
-            .arg(format!("{ms}-{seq}"))
-            .query_async(conn)
-            .await;
-    }
-    Ok(())
+    let Some((ms, seq)) = floor else {
+        return Ok(0);
+    };
+    let trimmed: redis::RedisResult<u64> = redis::cmd("XTRIM")
+        .arg(key)
+        .arg("MINID")
+        .arg(format!("{ms}-{seq}"))
+        .query_async(conn)
+        .await;
+    Ok(trimmed.unwrap_or(0))
 }
 
 fn parse_id(id: &str) -> Option<(u64, u64)> {

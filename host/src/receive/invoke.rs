@@ -24,8 +24,12 @@ use crate::plugin::bindings::handler_world::exports::outbox::plugin::handler_api
 use crate::plugin::bindings::WitEvent;
 use crate::plugin::{PluginError, World};
 
-use super::{QueueEntry, Receivers, BUILTIN_PLUGIN_INVOKE};
+use std::sync::Arc;
+
+use super::{QueueEntry, BUILTIN_PLUGIN_INVOKE};
+use crate::capability::HandlerHost;
 use crate::config::RoutesFile;
+use crate::live_config::LiveConfig;
 use crate::store;
 
 /// Type prefix of plugin-invoke jobs: `plugin.invoke.<plugin>`.
@@ -101,10 +105,33 @@ impl ToWitEvent for QueueEntry {
     }
 }
 
-impl Receivers {
+/// Runs handler plugins: the configuration in force (routes, plugins) and the host services
+/// handlers get, nothing else.
+#[derive(Clone)]
+pub(super) struct Invoker {
+    live: LiveConfig,
+    handler_host: Arc<HandlerHost>,
+}
+
+impl Invoker {
+    /// Run the handlers `live` binds with the host services of `handler_host`.
+    pub(super) fn new(live: LiveConfig, handler_host: Arc<HandlerHost>) -> Self {
+        Self { live, handler_host }
+    }
+
+    /// The versions `handler` declares when it does not support `entry`'s event version
+    /// (`None`: it does, or declares nothing, or is the host's own plugin-invoke handler).
+    pub(super) fn unsupported_version(&self, handler: &str, entry: &QueueEntry) -> Option<String> {
+        let routes = self.live.routes.load();
+        let supported = routes.plugins.get(handler)?.supported_versions.as_ref()?;
+        let event_type = entry.event_type().unwrap_or_default();
+        (!supported.supports(event_type, entry.event_version()))
+            .then(|| supported.describe_for(event_type))
+    }
+
     /// Run the handler; returns the outcome, the ids it published, and whom the receipt is
     /// about (for a plugin-invoke job: the hook event and the subscribed plugin).
-    pub(super) async fn run_handler(
+    pub(super) async fn run(
         &self,
         queue: &str,
         handler: &str,
@@ -199,9 +226,7 @@ impl Receivers {
         };
         (outcome, published.ids, receipt)
     }
-}
 
-impl Receivers {
     /// A job that claims a parent (a host child): read the parent as stored; it must exist and
     /// be the hook's own event, and the hook event becomes that row. A job without one is
     /// returned as it is. A database failure is retried.

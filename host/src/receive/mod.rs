@@ -1,51 +1,50 @@
 //! Receive: consumes queues and runs the handler plugin bound to each.
 //!
-//! Owns the consumer side of a queue, one submodule per job: the [`Receivers`] type, which
-//! queues get a receiver ([`Receivers::run`]: one per handler-bound queue of the queue group,
-//! started and stopped as reloads change `[handlers]`, a stopped one reading nothing more so
-//! the queue's entries wait in the stream) and the life of one entry
-//! ([`Receivers::handle_entry`]: idempotency claim through the pause barrier, handler while
-//! the claim is renewed, outcome with its receipt) here; the reading loop in `consume`; the atomic Redis outcome steps
-//! (idempotency claim `SET NX PX` with an owner token, its renewal, then a `done` marker kept
-//! for `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, each only by the
-//! claim's owner) in `outcomes`; calling the handler plugin (and checking plugin-invoke jobs)
-//! in `invoke`; pauses, per-queue concurrency, the rate limit and when the next retry is due
-//! in `controls`;
-//! reclaiming (`XAUTOCLAIM` after the receiver lease), moving due retries and trimming in
-//! `housekeeping`; taking the entries of a host whose heartbeat stopped before that lease in
-//! `takeover`; on queues marked ordered, one entry of an ordering key at a time (a retried
-//! entry holding its key until it comes back) in `ordering`; receipts (appended to the
-//! receipts stream with each outcome, moved to
-//! PostgreSQL in batches by a writer) in `receipts`, reading held while that stream is full in
-//! `receipts_backlog`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; carrying
-//! these writes through infrastructure blips (a quick retry on a fresh connection, not a
-//! redelivery after the lease) in `blips`. Key names and entry fields come from
-//! [`crate::queue`].
+//! Split by role, as a producer / completer / maintenance split: [`Receivers`] (here) is the
+//! assembly and the set of receivers ([`Receivers::run`]: one per handler-bound queue of the
+//! queue group, started and stopped as reloads change `[handlers]`, a stopped one reading
+//! nothing more so the queue's entries wait in the stream); `consume` is one queue's receiver
+//! loop and one entry's life top to bottom (read, claim, run the handler, record the outcome,
+//! [`Receivers::handle_entry`]), with its tasks in `in_flight`. The roles it calls hold only
+//! what they need: `claims` (the idempotency claim `SET NX PX` with an owner token, through the
+//! pause barrier, made for a read's entries in one round trip, confirmed before a late start,
+//! renewed while the handler runs), `invoke` (calling the handler plugin, checking
+//! plugin-invoke jobs), `outcomes` (the owner-checked outcome scripts: a `done` marker kept for
+//! `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, delayed retry, dead-letter stream, duplicate ack; successes
+//! finishing together share one call, `finish_batches`), and the maintenance services, each
+//! with a `run_once` (`housekeeping`: [`RetryMover`], [`Reclaimer`], [`StreamTrimmer`];
+//! `takeover`: [`DeadHostTakeover`], a dead host's entries before the lease). Beside them:
+//! pauses, per-queue concurrency, the rate limit and when the next retry is due in `controls`;
+//! one entry of an ordering key at a time on queues marked ordered in `ordering`; receipts
+//! (appended to the receipts stream with each outcome, moved to PostgreSQL in batches by a
+//! writer, whose SQL is `store::receipts`) in `receipts`, reading held while that stream is
+//! full in `receipts_backlog`; dead-letter operations ([`DeadLetters`]) in `dead_letter`; the
+//! deadline of retries through infrastructure blips in `blips`. Key names and entry fields come
+//! from [`crate::queue`].
 //! It never acknowledges an entry before its outcome is recorded in Redis, and every state
 //! change of one entry (marker, retry, dead letter, ack) is a single atomic script.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use crate::redis_conn::{RedisConn, RedisTarget};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::capability::http::http_client;
 use crate::capability::{CapabilityPolicy, HandlerHost};
 use crate::config::Settings;
-use crate::fault;
 use crate::live_config::LiveConfig;
 use crate::queue::{QueueKeys, CONSUMER_GROUP};
-use crate::reconnect::retry_blips;
 
 mod blips;
+mod claims;
 mod consume;
 mod controls;
 mod dead_letter;
+mod finish_batches;
 mod housekeeping;
+mod in_flight;
 mod invoke;
 mod ordering;
 mod outcomes;
@@ -56,12 +55,17 @@ mod takeover;
 pub use outcomes::RESULT_SKIPPED_VERSION;
 
 pub use crate::queue::QueueEntry;
+pub use claims::Claim;
 pub use dead_letter::{DeadLetter, DeadLetters};
-pub use outcomes::{Claim, Retry, Settled};
+pub use housekeeping::{Reclaimer, RetryMover, StreamTrimmer};
+pub use outcomes::{Retry, Settled};
 pub use receipts::{write_receipts, HandlerRun, Receipt, RECEIPT_BATCH};
+pub use takeover::DeadHostTakeover;
 
-use invoke::HandlerFailure;
-use outcomes::{Claimed, StartConfirmed};
+use claims::Claims;
+use controls::QueueControls;
+use invoke::Invoker;
+use outcomes::Outcomes;
 use receipts::ReceiptWriters;
 
 /// The built-in handler that calls a subscribed plugin's hook (`plugin.invoke.*` jobs).
@@ -117,8 +121,24 @@ pub enum HandledAs {
     LostClaim,
 }
 
+impl HandledAs {
+    /// The `result` label of `outbox_receiver_handled_total` for this outcome.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            HandledAs::Ok => "ok",
+            HandledAs::Retry { .. } => "retry",
+            HandledAs::Dead(_) => "dead",
+            HandledAs::SkippedVersion => RESULT_SKIPPED_VERSION,
+            HandledAs::Duplicate => "duplicate",
+            HandledAs::Busy => "busy",
+            HandledAs::Paused => "paused",
+            HandledAs::LostClaim => "lost_claim",
+        }
+    }
+}
+
 /// What an idempotency claim made before an entry's task started found (see
-/// [`Receivers::claim_ahead`]).
+/// `Claims::claim_ahead`).
 #[derive(Debug)]
 pub(super) enum ClaimAhead {
     /// None was made: the task claims the entry itself.
@@ -145,35 +165,42 @@ impl ClaimAhead {
     }
 }
 
-/// Everything the receivers of one process share.
+/// Everything the receivers of one process share: the assembly of the roles each receiver
+/// loop calls (claims, invoker, outcomes, maintenance services), the queue controls and the
+/// receipt writers.
 #[derive(Clone)]
 pub struct Receivers {
+    /// Where reading connections come from (one per receiver loop).
     redis: RedisTarget,
+    /// The shared connection: consumer groups, pause keys, receipts stream lengths.
     conn: RedisConn,
     live: LiveConfig,
     settings: Arc<Settings>,
     keys: QueueKeys,
     consumer: String,
-    handler_host: Arc<HandlerHost>,
-    scripts: Arc<outcomes::OutcomeScripts>,
-    finishes: outcomes::FinishBatches,
-    move_due: Arc<redis::Script>,
-    /// Takes a dead host's entries (see `takeover`).
-    take_over: Arc<redis::Script>,
-    /// The hosts whose heartbeat stopped, as last looked up.
-    dead_hosts: Arc<takeover::DeadHosts>,
+    /// Idempotency claims: made, confirmed, renewed.
+    claims: Claims,
+    /// Runs the handler plugins.
+    invoker: Invoker,
+    /// Records outcomes.
+    outcomes: Outcomes,
+    /// The maintenance services each housekeeping round runs.
+    maintenance: Maintenance,
+    /// Pauses, rate limits, retries due, entries held back by the pause barrier.
+    controls: QueueControls,
     /// Keeps this process's receipt writers running.
     receipts: Arc<ReceiptWriters>,
-    /// Which queues are paused (followed from PostgreSQL).
-    pauses: controls::QueuePauses,
-    /// The queues' rate limit windows.
-    rate_limiter: Arc<controls::RateLimiter>,
-    /// When each queue's next retry scheduled here is due.
-    retries_due: Arc<controls::RetriesDue>,
-    /// The queues with entries held back here by the pause barrier.
-    held_by_pause: Arc<controls::HeldByPause>,
     /// Queue -> receiver loops running on it in this process.
     receiving: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+/// The maintenance services of a process's receivers, each run once per housekeeping round.
+#[derive(Clone)]
+struct Maintenance {
+    retries: RetryMover,
+    reclaimer: Reclaimer,
+    trimmer: StreamTrimmer,
+    takeover: DeadHostTakeover,
 }
 
 /// Counts one receiver loop in [`Receivers::receiving`] while it lives.
@@ -218,50 +245,60 @@ impl Receivers {
             context: format!("build the HTTP client: {e}"),
             source: redis::RedisError::from((redis::ErrorKind::ClientError, "http client")),
         })?;
+        let keys = QueueKeys::from_settings(&settings);
         let handler_host = Arc::new(HandlerHost::new(
             policy,
             pool.clone(),
             conn.clone(),
-            QueueKeys::from_settings(&settings),
+            keys.clone(),
             http,
             settings.max_payload_bytes,
             crate::capability::publish::generation_limit(settings.max_event_generation),
         ));
-        let keys = QueueKeys::from_settings(&settings);
         let consumer = consumer.into();
-        let pauses = controls::QueuePauses::spawn(
-            pool.clone(),
-            conn.clone(),
-            QueueKeys::from_settings(&settings),
-            live.clone(),
-        );
+        let lease = settings.receiver_lease;
+        let controls = QueueControls::spawn(pool.clone(), conn.clone(), keys.clone(), live.clone());
+        let maintenance = Maintenance {
+            retries: RetryMover::noting_in(
+                conn.clone(),
+                keys.clone(),
+                controls.retries_due.clone(),
+            ),
+            reclaimer: Reclaimer::new(conn.clone(), keys.clone(), consumer.clone(), lease),
+            trimmer: StreamTrimmer::new(conn.clone(), keys.clone()),
+            takeover: DeadHostTakeover::new(
+                pool.clone(),
+                conn.clone(),
+                keys.clone(),
+                consumer.clone(),
+                lease,
+            ),
+        };
         let receipts = Arc::new(ReceiptWriters::new(
             pool,
             redis.clone(),
             keys.clone(),
             consumer.clone(),
-            settings.receiver_lease,
+            lease,
         ));
-        let finishes =
-            outcomes::FinishBatches::spawn(conn.clone(), settings.idempotency_ttl.as_secs().max(1));
         Ok(Self {
+            claims: Claims::new(conn.clone(), keys.clone(), consumer.clone(), lease),
+            invoker: Invoker::new(live.clone(), handler_host),
+            outcomes: Outcomes::new(
+                conn.clone(),
+                keys.clone(),
+                &settings,
+                controls.retries_due.clone(),
+            ),
+            maintenance,
+            controls,
+            receipts,
             redis,
             conn,
-            handler_host,
             live,
             keys,
             settings,
             consumer,
-            scripts: Arc::new(outcomes::OutcomeScripts::new()),
-            finishes,
-            move_due: Arc::new(housekeeping::move_due_script()),
-            take_over: Arc::new(takeover::take_over_script()),
-            dead_hosts: Arc::default(),
-            receipts,
-            pauses,
-            rate_limiter: Arc::new(controls::RateLimiter::new()),
-            retries_due: Arc::default(),
-            held_by_pause: Arc::default(),
             receiving: Arc::default(),
         })
     }
@@ -393,195 +430,83 @@ impl Receivers {
             .await
     }
 
-    /// [`handle_entry`](Self::handle_entry) with what a claim made before the entry's task
-    /// started found (`consume` claims a read's entries in one round trip). A claim made ahead
-    /// names the handler it was made for, and that handler runs the entry.
-    pub(super) async fn handle_claimed_entry(
+    /// The idempotency claim of (`handler`, `event_id`) on `queue` for this consumer: set the
+    /// handled marker to `running:<owner token>` (a token new for this claim) for the receiver
+    /// lease unless it exists or the queue's pause key does. `Some`: this consumer runs the
+    /// handler, and records its outcome with the claim; `None`: someone runs it or ran it (see
+    /// the marker), or the queue is paused.
+    pub async fn claim_entry(
         &self,
         queue: &str,
-        entry: QueueEntry,
-        ahead: ClaimAhead,
+        handler: &str,
+        event_id: i64,
+    ) -> Result<Option<Claim>, ReceiveError> {
+        let claim = self.claims.new_claim(queue, handler, event_id);
+        match self.claims.claim_once(claim).await? {
+            claims::Claimed::Held(claim) => Ok(Some(claim)),
+            claims::Claimed::Refused | claims::Claimed::Paused => Ok(None),
+        }
+    }
+
+    /// Renew `claim` for another receiver lease and claim `stream_id` on `queue` for this
+    /// consumer with its idle time reset (so no other consumer reclaims it), in one step and
+    /// only while the marker still holds the claim's token. `false`: the claim is lost (it
+    /// lapsed, or another consumer holds it now); nothing changed.
+    pub async fn renew_claim(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+    ) -> Result<bool, ReceiveError> {
+        self.claims.renew(queue, claim, stream_id).await
+    }
+
+    /// Finish (ok) one claimed entry: mark the claimed (handler, event) done for
+    /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, append `run`'s `ok` receipt to the receipts stream and
+    /// acknowledge `stream_id` on `queue`, in one step, unless the claim was lost
+    /// ([`Settled::LostClaim`]: nothing changed).
+    pub async fn finish_ok(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        stream_id: &str,
+        run: Option<&HandlerRun>,
+    ) -> Result<Settled, ReceiveError> {
+        self.outcomes.finish_ok(queue, claim, stream_id, run).await
+    }
+
+    /// Schedule `entry`'s next delivery `retry.delay` from now, clearing `claim`'s marker,
+    /// appending `run`'s `retry` receipt and acknowledging the entry in one step; unless the
+    /// claim was lost ([`HandledAs::LostClaim`]: nothing changed). A full retry set
+    /// (`OUTBOX_RETRY_SET_MAX_LEN`) dead-letters the entry instead.
+    pub async fn schedule_retry(
+        &self,
+        queue: &str,
+        claim: &Claim,
+        entry: &QueueEntry,
+        retry: Retry,
+        run: Option<&HandlerRun>,
     ) -> HandledAs {
-        let handler = match ahead.handler() {
-            Some(handler) => handler.to_string(),
-            None => match self.live.routes.load().handlers.get(queue) {
-                Some(handler) => handler.clone(),
-                None => {
-                    tracing::warn!(%queue, "no handler bound to this queue any more (its receiver is stopping); the entry stays pending until a handler is bound again");
-                    return HandledAs::Busy;
-                }
-            },
-        };
-        let attempt = entry.handler_attempt();
-        let Some(event_id) = entry.event_id() else {
-            return self
-                .dead_letter(
-                    queue,
-                    &handler,
-                    None,
-                    &entry,
-                    "malformed entry: no event_id".into(),
-                    None,
-                )
-                .await;
-        };
-        let claimed = match ahead {
-            ClaimAhead::Held(claim) => Ok(Claimed::Held(claim)),
-            ClaimAhead::Refused(_) => Ok(Claimed::Refused),
-            ClaimAhead::Paused(_) => Ok(Claimed::Paused),
-            ClaimAhead::Unknown(claim) => self.claim_through_blips(claim).await,
-            ClaimAhead::NotTried => {
-                self.claim_through_blips(self.new_claim(queue, &handler, event_id))
-                    .await
-            }
-        };
-        let mut claim = match claimed {
-            Ok(Claimed::Held(claim)) => claim,
-            Ok(Claimed::Paused) => return self.held_back_by_pause(queue, event_id),
-            Ok(Claimed::Refused) => {
-                if self.already_done(queue, &handler, event_id).await {
-                    let acked = retry_blips(
-                        "acknowledge a duplicate",
-                        blips::STAGE,
-                        self.blip_deadline(),
-                        |e: &redis::RedisError| fault::redis_blip(e),
-                        || self.ack_duplicate(queue, &entry.stream_id, event_id, &handler),
-                    )
-                    .await;
-                    if let Err(e) = acked {
-                        tracing::warn!(%queue, event_id, error = %e, "could not acknowledge a duplicate; it will be delivered again");
-                    }
-                    metrics::counter!("outbox_receiver_duplicates_total", "queue" => queue.to_string())
-                        .increment(1);
-                    return HandledAs::Duplicate;
-                }
-                return HandledAs::Busy;
-            }
-            Err(e) => {
-                tracing::error!(%queue, event_id, error = %e, "idempotency claim failed; entry stays pending");
-                return HandledAs::Busy;
-            }
-        };
-
-        let started = Instant::now();
-        if let Some(supported) = self.unsupported_version(&handler, &entry) {
-            tracing::info!(%queue, event_id, %handler, version = entry.event_version(), supported = %supported, "handler does not support this event version; skipped");
-            let run = HandlerRun {
-                event_id,
-                handler: handler.clone(),
-                queue: queue.to_string(),
-                attempts: attempt as i32,
-                duration: started.elapsed(),
-                published: Vec::new(),
-            };
-            let handled = self
-                .record_skipped_version(queue, &claim, &entry.stream_id, &run)
-                .await;
-            metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
-            return handled;
-        }
-        // The pause barrier: a claim granted longer ago than the fence a pause waits for is
-        // confirmed first (the queue may have been paused since).
-        if !claim.may_start_unconfirmed() {
-            match self.confirm_start_through_blips(&mut claim).await {
-                Ok(StartConfirmed::Start) => {}
-                Ok(StartConfirmed::Paused) => return self.held_back_by_pause(queue, event_id),
-                Ok(StartConfirmed::Lost) => {
-                    tracing::warn!(%queue, event_id, %handler, "the claim lapsed before its handler started; the entry is left to its new owner");
-                    return HandledAs::LostClaim;
-                }
-                Err(e) => {
-                    tracing::warn!(%queue, event_id, error = %e, "cannot confirm the claim before its handler starts (is the queue paused?); the entry stays pending");
-                    return HandledAs::Busy;
-                }
-            }
-        }
-        // One span per handler run, a child of the event's producer (the entry's traceparent);
-        // the host calls' spans and the children's traceparent come from it.
-        let span = tracing::debug_span!(parent: None, "outbox.handle", queue, handler = %handler, event_id, attempt, outcome = tracing::field::Empty);
-        crate::trace_context::set_remote_parent(&span, entry.headers());
-        // The claim is renewed for as long as the handler runs; the renewal ends with it.
-        let (outcome, published, (receipt_event, receipt_handler)) = tokio::select! {
-            ran = self.run_handler(queue, &handler, &entry, attempt).instrument(span.clone()) => ran,
-            never = self.hold_claim(queue, &claim, &entry.stream_id) => match never {},
-        };
-        let duration = started.elapsed();
-        // Its receipt goes to the receipts stream in the step that records the outcome.
-        let run = HandlerRun {
-            event_id: receipt_event,
-            handler: receipt_handler,
-            queue: queue.to_string(),
-            attempts: attempt as i32,
-            duration,
-            published,
-        };
-        let handled = match outcome {
-            Ok(()) => self.record_ok(queue, &claim, &entry.stream_id, &run).await,
-            Err(HandlerFailure::Fail(reason)) => {
-                self.dead_letter(queue, &handler, Some(&claim), &entry, reason, Some(&run))
-                    .await
-            }
-            Err(HandlerFailure::Retry { reason, .. })
-                if attempt > self.settings.handler_max_retries =>
-            {
-                self.dead_letter(
-                    queue,
-                    &handler,
-                    Some(&claim),
-                    &entry,
-                    format!("gave up after {attempt} attempts: {reason}"),
-                    Some(&run),
-                )
-                .await
-            }
-            Err(HandlerFailure::Retry { reason, after }) => {
-                let retry = Retry {
-                    attempt,
-                    delay: after.unwrap_or_else(|| self.settings.handler_backoff_after(attempt)),
-                    reason,
-                };
-                self.schedule_retry(queue, &claim, &entry, retry, Some(&run))
-                    .await
-            }
-        };
-        span.record("outcome", handled_label(&handled));
-        metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&handled)).increment(1);
-        metrics::histogram!("outbox_handler_seconds", "handler" => handler.clone())
-            .record(duration.as_secs_f64());
-        handled
-    }
-}
-
-impl Receivers {
-    /// An entry of `queue` met the pause barrier before its handler started: it stays pending
-    /// here, and its receiver recovers it once the queue's pause key is gone.
-    fn held_back_by_pause(&self, queue: &str, event_id: i64) -> HandledAs {
-        tracing::debug!(%queue, event_id, "queue paused before the handler started; the entry waits pending for the resume");
-        self.held_by_pause.note(queue);
-        metrics::counter!("outbox_receiver_handled_total", "queue" => queue.to_string(), "result" => handled_label(&HandledAs::Paused)).increment(1);
-        HandledAs::Paused
+        self.outcomes
+            .schedule_retry(queue, claim, entry, retry, run)
+            .await
     }
 
-    /// The versions `handler` declares when it does not support `entry`'s event version
-    /// (`None`: it does, or declares nothing, or is the host's own plugin-invoke handler).
-    fn unsupported_version(&self, handler: &str, entry: &QueueEntry) -> Option<String> {
-        let routes = self.live.routes.load();
-        let supported = routes.plugins.get(handler)?.supported_versions.as_ref()?;
-        let event_type = entry.event_type().unwrap_or_default();
-        (!supported.supports(event_type, entry.event_version()))
-            .then(|| supported.describe_for(event_type))
-    }
-}
-
-fn handled_label(h: &HandledAs) -> &'static str {
-    match h {
-        HandledAs::Ok => "ok",
-        HandledAs::Retry { .. } => "retry",
-        HandledAs::Dead(_) => "dead",
-        HandledAs::SkippedVersion => outcomes::RESULT_SKIPPED_VERSION,
-        HandledAs::Duplicate => "duplicate",
-        HandledAs::Busy => "busy",
-        HandledAs::Paused => "paused",
-        HandledAs::LostClaim => "lost_claim",
+    /// Move `entry` to `queue`'s dead-letter stream with `reason`, clearing `claim`'s marker,
+    /// appending `run`'s `dead` receipt and acknowledging the entry in one step; unless the
+    /// claim was lost ([`HandledAs::LostClaim`]: nothing changed). Without a claim (an entry
+    /// that could not be claimed, e.g. without an event id) no marker is touched.
+    pub async fn dead_letter(
+        &self,
+        queue: &str,
+        handler: &str,
+        claim: Option<&Claim>,
+        entry: &QueueEntry,
+        reason: String,
+        run: Option<&HandlerRun>,
+    ) -> HandledAs {
+        self.outcomes
+            .dead_letter(queue, handler, claim, entry, reason, run)
+            .await
     }
 }

@@ -9,7 +9,7 @@
 //! of its key: the key stays blocked in this receiver until the entry of that event comes back
 //! and finishes (ok, dead letter, or found already done), so later entries never overtake it.
 //! The wait is bounded (its retry delay plus twice the receiver lease, see
-//! [`Receivers::handle_in_lane`]): an entry that never comes back to this receiver (taken by
+//! `Receivers::handle_in_lane` in `consume`): an entry that never comes back to this receiver (taken by
 //! another receiver process, or its retry removed) releases the key with a warning. At start a
 //! receiver blocks the keys of the entries waiting in its queue's retry set, so a restart does
 //! not let later entries overtake them.
@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{ClaimAhead, HandledAs, QueueEntry, Receivers};
+use super::QueueEntry;
+use crate::queue::QueueKeys;
+use crate::redis_conn::RedisConn;
 
 /// Entries one receiver loop holds back behind running or retrying entries of their key; beyond
 /// it the loop reads no more until some have run.
@@ -164,71 +166,38 @@ impl<T> KeyLanes<T> {
     }
 }
 
-impl Receivers {
-    /// Run `first` (an entry of ordering key `key` its lane admitted, with its claim made
-    /// ahead), then, one at a time, the entries of the key that wait behind it, until none
-    /// waits or one asks for a retry (the key then waits for that event's entry to come back,
-    /// at most its retry delay plus twice the receiver lease).
-    pub(super) async fn handle_in_lane<G>(
-        &self,
-        queue: &str,
-        lanes: &KeyLanes<(QueueEntry, G)>,
-        key: &str,
-        first: (QueueEntry, G),
-        ahead: ClaimAhead,
-    ) {
-        let mut next = Some((first, ahead));
-        while let Some(((entry, guard), ahead)) = next.take() {
-            let event_id = entry.event_id();
-            let handled = self.handle_claimed_entry(queue, entry, ahead).await;
-            drop(guard);
-            let retry = match (&handled, event_id) {
-                (HandledAs::Retry { after, .. }, Some(event_id)) => Some((
-                    event_id,
-                    Instant::now() + *after + self.settings.receiver_lease * 2,
-                )),
-                _ => None,
-            };
-            next = lanes
-                .finish(key, retry)
-                .map(|item| (item, ClaimAhead::NotTried));
-        }
+/// Block the keys of the entries waiting in `queue`'s retry set (read at a receiver's start on
+/// an ordered queue), each until its retry is due plus twice the receiver `lease`. Returns how
+/// many keys it blocked.
+pub(super) async fn block_keys_in_retry_set<T>(
+    conn: &RedisConn,
+    keys: &QueueKeys,
+    lease: Duration,
+    queue: &str,
+    lanes: &KeyLanes<T>,
+) -> redis::RedisResult<usize> {
+    let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(keys.retry_set(queue))
+        .arg(0)
+        .arg(RETRY_SET_SCAN - 1)
+        .arg("WITHSCORES")
+        .query_async(&mut conn.clone())
+        .await?;
+    let now_ms = chrono::Utc::now().timestamp_millis() as f64;
+    let mut blocked = 0;
+    for (member, due_ms) in members {
+        let Ok(flat) = serde_json::from_str::<Vec<String>>(&member) else {
+            continue;
+        };
+        let entry = QueueEntry::from_flat("", &flat);
+        let (Some(key), Some(event_id)) = (entry.ordering_key(), entry.event_id()) else {
+            continue;
+        };
+        let wait = Duration::from_millis((due_ms - now_ms).max(0.0) as u64);
+        lanes.await_retry(key, event_id, Instant::now() + wait + lease * 2);
+        blocked += 1;
     }
-
-    /// Block the keys of the entries waiting in `queue`'s retry set (read at a receiver's
-    /// start on an ordered queue), each until its retry is due plus twice the receiver lease.
-    pub(super) async fn block_keys_in_retry_set<T>(
-        &self,
-        queue: &str,
-        lanes: &KeyLanes<T>,
-    ) -> redis::RedisResult<usize> {
-        let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(self.keys.retry_set(queue))
-            .arg(0)
-            .arg(RETRY_SET_SCAN - 1)
-            .arg("WITHSCORES")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        let now_ms = chrono::Utc::now().timestamp_millis() as f64;
-        let mut blocked = 0;
-        for (member, due_ms) in members {
-            let Ok(flat) = serde_json::from_str::<Vec<String>>(&member) else {
-                continue;
-            };
-            let entry = QueueEntry::from_flat("", &flat);
-            let (Some(key), Some(event_id)) = (entry.ordering_key(), entry.event_id()) else {
-                continue;
-            };
-            let wait = Duration::from_millis((due_ms - now_ms).max(0.0) as u64);
-            lanes.await_retry(
-                key,
-                event_id,
-                Instant::now() + wait + self.settings.receiver_lease * 2,
-            );
-            blocked += 1;
-        }
-        Ok(blocked)
-    }
+    Ok(blocked)
 }
 
 #[cfg(test)]

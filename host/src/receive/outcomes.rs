@@ -1,81 +1,36 @@
 //! Outcomes: recording what became of one entry in Redis, atomically, by the claim's owner.
 //!
-//! Owns the idempotency claim ([`Claim`]: `SET NX PX` of the handled marker to
-//! `running:<owner token>`, a token unique per claim, refused while the queue's pause key
-//! exists: the pause barrier, see `crate::queue_pause`; and confirming, right before its
-//! handler starts, a claim older than [`PAUSE_START_FENCE`]), its renewal while the handler runs
-//! (`PEXPIRE` of the marker and `XCLAIM` of the entry, every third of the receiver lease), and
-//! the three outcome scripts: ok (a `done` marker, then `XACK`), retry (into the retry set,
-//! marker cleared, `XACK`) and dead letter (into the dead-letter stream, marker cleared,
-//! `XACK`). Every state change of one entry is one script, so an entry is never acknowledged
-//! without its outcome, and every script first checks that the marker still holds the caller's
-//! token: a consumer whose claim lapsed and was taken over changes nothing (its outcome is
+//! Owns the three outcome scripts: ok (a `done` marker kept for
+//! `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, then `XACK`; successes finishing together share one call,
+//! see `finish_batches`), retry (into the retry set, marker cleared, `XACK`; dead-lettered
+//! instead when the retry set is full) and dead letter (into the dead-letter stream, trimmed to
+//! its cap, marker cleared, `XACK`), the duplicate ack, and carrying each through
+//! infrastructure blips (a retry first checks whether the entry is still pending: if not, the
+//! earlier try was applied and only its reply lost, so nothing is written twice). Every state
+//! change of one entry is one script, so an entry is never acknowledged without its outcome,
+//! and every script first checks that the marker still holds the caller's token (see
+//! `claims`): a consumer whose claim lapsed and was taken over changes nothing (its outcome is
 //! reported as a lost claim), so it never clears the new owner's `done` marker, acknowledges
 //! the entry or re-adds it. Each outcome script also appends the handler run's receipt to the
 //! receipts stream in the same step, so no acknowledged entry is without one (the receipt
 //! writer in `receipts` moves them to PostgreSQL). It never runs a handler and never writes to
 //! PostgreSQL.
 
-use std::convert::Infallible;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::redis_conn::RedisConn;
-use redis::AsyncCommands;
-use tokio::sync::oneshot;
-
+use super::claims::{marker_done, Claim};
+use super::controls::RetriesDue;
+use super::finish_batches::{finish_invocation, FinishBatches, PendingFinish};
 use super::receipts::{HandlerRun, ReceiptUpdate, RECEIPT_FIELD};
-use super::{
-    blips, ctx, ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP,
-};
-use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
-use crate::queue_pause::PAUSE_START_FENCE;
+use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, CONSUMER_GROUP};
+use crate::config::Settings;
+use crate::queue::QueueKeys;
 use crate::reconnect::retry_blips;
+use crate::redis_conn::RedisConn;
 
 /// What every guarded script returns when the marker no longer holds the caller's token.
-const LOST: i64 = -1;
-
-/// What the claim scripts return when the queue's pause key exists.
-const PAUSED: i64 = -2;
-
-/// Claim entries of one queue unless it is paused: KEYS[1] the queue's pause key, then per
-/// claim KEYS[i + 1] its handled marker; ARGV[1] the receiver lease (ms), then per claim
-/// ARGV[i + 1] its owner's marker value. While the pause key exists nothing is claimed, every
-/// marker already holding its owner's value (an earlier try whose reply was lost) is released,
-/// and the reply is {-2}. Otherwise, per claim: 1 when the marker was set (`SET NX PX`) or
-/// already holds the owner's value, 0 when it holds another's.
-const CLAIM_LUA: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  for i = 2, #KEYS do
-    if redis.call('GET', KEYS[i]) == ARGV[i] then redis.call('DEL', KEYS[i]) end
-  end
-  return {-2}
-end
-local replies = {}
-for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], ARGV[i], 'NX', 'PX', ARGV[1]) then
-    replies[i - 1] = 1
-  elseif redis.call('GET', KEYS[i]) == ARGV[i] then
-    replies[i - 1] = 1
-  else
-    replies[i - 1] = 0
-  end
-end
-return replies
-"#;
-
-/// Confirm a claim right before its handler starts: KEYS[1] the queue's pause key, KEYS[2] the
-/// handled marker; ARGV[1] the owner's marker value. While the pause key exists: release the
-/// marker if it holds ARGV[1], return -2. Otherwise 1 when the marker holds ARGV[1], -1 (lost)
-/// when not.
-const CONFIRM_START_LUA: &str = r#"
-local mine = redis.call('GET', KEYS[2]) == ARGV[1]
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if mine then redis.call('DEL', KEYS[2]) end
-  return -2
-end
-if mine then return 1 end
-return -1
-"#;
+pub(super) const LOST: i64 = -1;
 
 /// Ack entries with a `done` marker, any number in one step: KEYS[1] receipts stream, then per
 /// entry KEYS[2i] marker and KEYS[2i+1] stream; ARGV[1] group, ARGV[2] done marker value,
@@ -83,7 +38,7 @@ return -1
 /// ARGV[3i+3] receipt (empty: none). Per entry, in order: unless its marker holds its owner's
 /// value (then -1, nothing changed for it), set the `done` marker, append the receipt and
 /// `XACK`. Returns the per-entry replies (`XACK`'s count or -1).
-const FINISH_LUA: &str = r#"
+pub(super) const FINISH_LUA: &str = r#"
 local replies = {}
 for i = 1, (#KEYS - 1) / 2 do
   local marker, stream = KEYS[2 * i], KEYS[2 * i + 1]
@@ -136,110 +91,9 @@ redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 return trimmed
 "#;
 
-/// Renew a claim: KEYS[1] marker, KEYS[2] stream; ARGV[1] owner's marker value, ARGV[2] lease
-/// (ms), ARGV[3] group, ARGV[4] consumer, ARGV[5] entry id. Unless the marker holds ARGV[1]
-/// (then 0, nothing changed): extend the marker by the lease, and claim the entry for the
-/// consumer with its idle time reset, so `XAUTOCLAIM` elsewhere does not take it (an entry no
-/// longer pending is left alone). Returns 1.
-const RENEW_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.pcall('XCLAIM', KEYS[2], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
-return 1
-"#;
-
-/// The claim, outcome and renewal scripts, loaded once per process.
-pub(super) struct OutcomeScripts {
-    claim: redis::Script,
-    confirm_start: redis::Script,
-    finish: redis::Script,
-    retry: redis::Script,
-    dead: redis::Script,
-    renew: redis::Script,
-}
-
-impl OutcomeScripts {
-    /// The scripts (Redis loads them on first use).
-    pub(super) fn new() -> Self {
-        Self {
-            claim: redis::Script::new(CLAIM_LUA),
-            confirm_start: redis::Script::new(CONFIRM_START_LUA),
-            finish: redis::Script::new(FINISH_LUA),
-            retry: redis::Script::new(RETRY_LUA),
-            dead: redis::Script::new(DEAD_LUA),
-            renew: redis::Script::new(RENEW_LUA),
-        }
-    }
-}
-
-/// One consumer's idempotency claim on (handler, event): the handled marker and the owner
-/// token it holds while the handler runs. Every outcome recorded with it is refused once the
-/// marker holds anything else.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    queue: String,
-    handler: String,
-    event_id: i64,
-    marker: String,
-    owner: String,
-    /// Until when its handler may start without confirming the claim: [`PAUSE_START_FENCE`]
-    /// after the claim was first sent (its check of the pause key ran after that).
-    start_by: Instant,
-}
-
-impl Claim {
-    /// The queue whose entry the claim is for.
-    pub fn queue(&self) -> &str {
-        &self.queue
-    }
-
-    /// The handler claimed.
-    pub fn handler(&self) -> &str {
-        &self.handler
-    }
-
-    /// The event claimed.
-    pub fn event_id(&self) -> i64 {
-        self.event_id
-    }
-
-    /// The owner token (`<consumer>:<nonce>`), unique per claim.
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// The handled marker's value while this claim holds it.
-    pub(super) fn marker_value(&self) -> String {
-        marker_running(&self.owner)
-    }
-
-    /// Whether its handler may start now without confirming the claim first.
-    pub(super) fn may_start_unconfirmed(&self) -> bool {
-        Instant::now() < self.start_by
-    }
-}
-
-/// What a claim made through the pause barrier found.
-#[derive(Debug)]
-pub(super) enum Claimed {
-    /// Made: this consumer runs the handler.
-    Held(Claim),
-    /// The marker holds another claim (someone runs or ran this handler on the event).
-    Refused,
-    /// The queue is paused: nothing was claimed (and a claim of an earlier try released).
-    Paused,
-}
-
-/// What confirming a claim right before its handler starts found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StartConfirmed {
-    /// The claim holds and the queue is not paused: the handler starts.
-    Start,
-    /// The queue was paused meanwhile: the claim was released, the handler does not start.
-    Paused,
-    /// The claim is no longer this consumer's.
-    Lost,
-}
+/// What [`Outcomes::apply_outcome`] reports when a retry finds its earlier try applied: a
+/// recorded outcome (for the dead-letter script: nothing trimmed by this try).
+const APPLIED_BEFORE: i64 = 0;
 
 /// What an outcome script did with a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +105,7 @@ pub enum Settled {
 }
 
 impl Settled {
-    fn from_reply(reply: i64) -> Self {
+    pub(super) fn from_reply(reply: i64) -> Self {
         if reply == LOST {
             Settled::LostClaim
         } else {
@@ -260,200 +114,54 @@ impl Settled {
     }
 }
 
-impl Receivers {
-    /// The idempotency claim of (`handler`, `event_id`) on `queue` for this consumer: set the
-    /// handled marker to `running:<owner token>` (a token new for this claim) for the receiver
-    /// lease unless it exists or the queue's pause key does. `Some`: this consumer runs the
-    /// handler, and records its outcome with the claim; `None`: someone runs it or ran it (see
-    /// the marker), or the queue is paused.
-    pub async fn claim_entry(
-        &self,
-        queue: &str,
-        handler: &str,
-        event_id: i64,
-    ) -> Result<Option<Claim>, ReceiveError> {
-        let claim = self.new_claim(queue, handler, event_id);
-        match self.claim_once(claim).await? {
-            Claimed::Held(claim) => Ok(Some(claim)),
-            Claimed::Refused | Claimed::Paused => Ok(None),
-        }
-    }
+/// The outcome scripts, loaded once per process.
+struct OutcomeScripts {
+    finish: redis::Script,
+    retry: redis::Script,
+    dead: redis::Script,
+}
 
-    /// Make `claim` through the pause barrier ([`CLAIM_LUA`]): one try.
-    pub(super) async fn claim_once(&self, claim: Claim) -> Result<Claimed, ReceiveError> {
-        let replies: Vec<i64> = ctx(
-            self.scripts
-                .claim
-                .key(self.keys.paused(&claim.queue))
-                .key(&claim.marker)
-                .arg(self.lease_ms())
-                .arg(claim.marker_value())
-                .invoke_async(&mut self.conn.clone())
-                .await,
-            || format!("idempotency claim {}", claim.marker),
-        )?;
-        Ok(match replies.first() {
-            Some(&PAUSED) => Claimed::Paused,
-            Some(1) => Claimed::Held(claim),
-            _ => Claimed::Refused,
-        })
-    }
+/// Records outcomes: its connection, key names, the caps and times an outcome needs, the
+/// batched successes and where a scheduled retry's due time is noted; nothing else.
+#[derive(Clone)]
+pub(super) struct Outcomes {
+    conn: RedisConn,
+    keys: QueueKeys,
+    /// The receiver lease: writes are retried through blips for half of it.
+    lease: Duration,
+    /// How long a `done` marker is kept (s).
+    marker_ttl_s: u64,
+    retry_set_max_len: u64,
+    dead_letter_max_len: u64,
+    scripts: Arc<OutcomeScripts>,
+    finishes: FinishBatches,
+    retries_due: Arc<RetriesDue>,
+}
 
-    /// Confirm `claim` right before its handler starts (it is older than
-    /// [`PAUSE_START_FENCE`]): see [`StartConfirmed`]. Confirmed, it may start unconfirmed for
-    /// another fence.
-    pub(super) async fn confirm_start(
-        &self,
-        claim: &mut Claim,
-    ) -> Result<StartConfirmed, ReceiveError> {
-        let sent = Instant::now();
-        let reply: i64 = ctx(
-            self.scripts
-                .confirm_start
-                .key(self.keys.paused(&claim.queue))
-                .key(&claim.marker)
-                .arg(claim.marker_value())
-                .invoke_async(&mut self.conn.clone())
-                .await,
-            || format!("confirm the claim {}", claim.marker),
-        )?;
-        Ok(match reply {
-            1 => {
-                claim.start_by = sent + PAUSE_START_FENCE;
-                StartConfirmed::Start
-            }
-            PAUSED => StartConfirmed::Paused,
-            _ => StartConfirmed::Lost,
-        })
-    }
-
-    /// The idempotency claims of `handler` on the events of `entries` for this consumer, in
-    /// one round trip (one [`CLAIM_LUA`] over every entry's marker, refused together while the
-    /// queue is paused), one answer per entry in order. An entry without an event id is left to
-    /// its task ([`ClaimAhead::NotTried`]: it is dead-lettered there); when the round trip
-    /// fails, every claim's effect is unknown ([`ClaimAhead::Unknown`]: the task claims again
-    /// with the same owner token).
-    pub(super) async fn claim_ahead(
-        &self,
-        queue: &str,
-        handler: &str,
-        entries: &[&QueueEntry],
-    ) -> Vec<ClaimAhead> {
-        let claims: Vec<Option<Claim>> = entries
-            .iter()
-            .map(|entry| {
-                entry
-                    .event_id()
-                    .map(|id| self.new_claim(queue, handler, id))
-            })
-            .collect();
-        let tried = claims.iter().flatten().count();
-        let answers: redis::RedisResult<Vec<i64>> = if tried == 0 {
-            Ok(Vec::new())
-        } else {
-            let mut invocation = self.scripts.claim.key(self.keys.paused(queue));
-            invocation.arg(self.lease_ms());
-            for claim in claims.iter().flatten() {
-                invocation.key(&claim.marker).arg(claim.marker_value());
-            }
-            invocation.invoke_async(&mut self.conn.clone()).await
-        };
-        let paused = matches!(answers.as_deref(), Ok([PAUSED]));
-        let mut answers = match answers {
-            Ok(answers) if paused || answers.len() == tried => Some(answers.into_iter()),
-            Ok(_) => None,
-            Err(e) => {
-                if let Some(blip) = crate::fault::redis_blip(&e) {
-                    blip.count_retries(blips::STAGE, tried as u64);
-                }
-                tracing::warn!(handler, entries = entries.len(), error = %e, "claiming a read's entries together failed; each entry claims again on its own");
-                None
-            }
-        };
-        claims
-            .into_iter()
-            .map(|claim| match (claim, answers.as_mut()) {
-                (None, _) => ClaimAhead::NotTried,
-                (Some(_), Some(_)) if paused => ClaimAhead::Paused(handler.to_string()),
-                (Some(claim), None) => ClaimAhead::Unknown(claim),
-                (Some(claim), Some(answers)) => match answers.next() {
-                    Some(1) => ClaimAhead::Held(claim),
-                    Some(_) => ClaimAhead::Refused(handler.to_string()),
-                    None => ClaimAhead::Unknown(claim),
-                },
-            })
-            .collect()
-    }
-
-    /// A claim of (`handler`, `event_id`) on `queue` for this consumer with a new owner token,
-    /// not yet made in Redis.
-    pub(super) fn new_claim(&self, queue: &str, handler: &str, event_id: i64) -> Claim {
-        Claim {
-            queue: queue.to_string(),
-            handler: handler.to_string(),
-            event_id,
-            marker: self.keys.handled_marker(queue, handler, event_id),
-            owner: claim_owner(&self.consumer, rand::random()),
-            start_by: Instant::now() + PAUSE_START_FENCE,
-        }
-    }
-
-    /// Renew `claim` for another receiver lease and claim `stream_id` on `queue` for this
-    /// consumer with its idle time reset (so no other consumer reclaims it), in one step and
-    /// only while the marker still holds the claim's token. `false`: the claim is lost (it
-    /// lapsed, or another consumer holds it now); nothing changed.
-    pub async fn renew_claim(
-        &self,
-        queue: &str,
-        claim: &Claim,
-        stream_id: &str,
-    ) -> Result<bool, ReceiveError> {
-        let renewed: i64 = ctx(
-            self.scripts
-                .renew
-                .key(&claim.marker)
-                .key(self.keys.stream(queue))
-                .arg(claim.marker_value())
-                .arg(self.lease_ms())
-                .arg(CONSUMER_GROUP)
-                .arg(&self.consumer)
-                .arg(stream_id)
-                .invoke_async(&mut self.conn.clone())
-                .await,
-            || format!("renew the claim {}", claim.marker),
-        )?;
-        Ok(renewed == 1)
-    }
-
-    /// Keep `claim` (and the entry `stream_id`) while the handler runs: renew it every third of
-    /// the receiver lease. A failed renewal is retried at the next one; a lost claim is
-    /// reported once, and the outcome scripts will refuse the handler's outcome. Never returns:
-    /// the caller drops it when the handler is done.
-    pub(super) async fn hold_claim(
-        &self,
-        queue: &str,
-        claim: &Claim,
-        stream_id: &str,
-    ) -> Infallible {
-        let every = self.settings.receiver_lease / 3;
-        loop {
-            tokio::time::sleep(every).await;
-            match self.renew_claim(queue, claim, stream_id).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!(
-                        %queue,
-                        handler = %claim.handler,
-                        event_id = claim.event_id,
-                        owner = %claim.owner,
-                        "lost the claim while the handler runs; another consumer owns the entry and this run's outcome will be discarded"
-                    );
-                    return std::future::pending().await;
-                }
-                Err(e) => {
-                    tracing::warn!(%queue, event_id = claim.event_id, error = %e, "could not renew the claim; trying again");
-                }
-            }
+impl Outcomes {
+    /// Outcomes recorded on `conn` as `settings` say, noting retries in `retries_due`; starts
+    /// the task that records successes together.
+    pub(super) fn new(
+        conn: RedisConn,
+        keys: QueueKeys,
+        settings: &Settings,
+        retries_due: Arc<RetriesDue>,
+    ) -> Self {
+        let marker_ttl_s = settings.idempotency_ttl.as_secs().max(1);
+        Self {
+            finishes: FinishBatches::spawn(conn.clone(), marker_ttl_s),
+            conn,
+            keys,
+            lease: settings.receiver_lease,
+            marker_ttl_s,
+            retry_set_max_len: settings.retry_set_max_len,
+            dead_letter_max_len: settings.dead_letter_max_len,
+            scripts: Arc::new(OutcomeScripts {
+                finish: redis::Script::new(FINISH_LUA),
+                retry: redis::Script::new(RETRY_LUA),
+                dead: redis::Script::new(DEAD_LUA),
+            }),
+            retries_due,
         }
     }
 
@@ -472,39 +180,11 @@ impl Receivers {
         HandledAs::LostClaim
     }
 
-    /// Whether `handler` already finished `event_id` on `queue` (its marker says `done`).
-    pub(super) async fn marker_done(
-        &self,
-        queue: &str,
-        handler: &str,
-        event_id: i64,
-    ) -> Result<bool, ReceiveError> {
-        let marker = self.keys.handled_marker(queue, handler, event_id);
-        let state: Option<String> = ctx(self.conn.clone().get(&marker).await, || {
-            format!("read the handled marker {marker}")
-        })?;
-        Ok(state.as_deref().is_some_and(marker_is_done))
-    }
-
-    /// [`marker_done`](Self::marker_done) retried through blips; an error that outlasts them
-    /// counts as not finished.
-    pub(super) async fn already_done(&self, queue: &str, handler: &str, event_id: i64) -> bool {
-        retry_blips(
-            "read the handled marker",
-            blips::STAGE,
-            self.blip_deadline(),
-            blips::receive_blip,
-            || self.marker_done(queue, handler, event_id),
-        )
-        .await
-        .unwrap_or(false)
-    }
-
     /// Finish (ok) one claimed entry: mark the claimed (handler, event) done for
     /// `OUTBOX_IDEMPOTENCY_TTL_SECONDS`, append `run`'s `ok` receipt to the receipts stream and
     /// acknowledge `stream_id` on `queue`, in one step, unless the claim was lost
     /// ([`Settled::LostClaim`]: nothing changed).
-    pub async fn finish_ok(
+    pub(super) async fn finish_ok(
         &self,
         queue: &str,
         claim: &Claim,
@@ -533,7 +213,7 @@ impl Receivers {
             stream_id: stream_id.to_string(),
             receipt: receipt_arg(run, result, None),
         };
-        let ttl_s = self.settings.idempotency_ttl.as_secs().max(1);
+        let ttl_s = self.marker_ttl_s;
         let receipts_stream = self.keys.receipts_stream(queue);
         let replies: Vec<i64> = ctx(
             finish_invocation(&self.scripts.finish, &receipts_stream, ttl_s, [&finish])
@@ -633,7 +313,7 @@ impl Receivers {
         retry_blips(
             "record success",
             blips::STAGE,
-            self.blip_deadline(),
+            blips::deadline(self.lease),
             blips::receive_blip,
             || async move {
                 match self
@@ -643,9 +323,14 @@ impl Receivers {
                     // A blip while reading the marker is retried with the whole step, not taken
                     // for a lost claim (which would leave the entry without receipt).
                     Settled::LostClaim
-                        if self
-                            .marker_done(&claim.queue, &claim.handler, claim.event_id)
-                            .await? =>
+                        if marker_done(
+                            &self.conn,
+                            &self.keys,
+                            &claim.queue,
+                            &claim.handler,
+                            claim.event_id,
+                        )
+                        .await? =>
                     {
                         Ok(Settled::Recorded)
                     }
@@ -657,9 +342,27 @@ impl Receivers {
     }
 
     /// Acknowledge a duplicate delivery of (`handler`, `event_id`) without running the handler,
-    /// and count it on the receipt (both in one `MULTI`; on an error the entry is delivered
-    /// again and found a duplicate again).
+    /// and count it on the receipt (both in one `MULTI`, retried through blips; on an error the
+    /// entry is delivered again and found a duplicate again).
     pub(super) async fn ack_duplicate(
+        &self,
+        queue: &str,
+        stream_id: &str,
+        event_id: i64,
+        handler: &str,
+    ) -> redis::RedisResult<()> {
+        retry_blips(
+            "acknowledge a duplicate",
+            blips::STAGE,
+            blips::deadline(self.lease),
+            |e: &redis::RedisError| crate::fault::redis_blip(e),
+            || self.ack_duplicate_once(queue, stream_id, event_id, handler),
+        )
+        .await
+    }
+
+    /// One try of [`ack_duplicate`](Self::ack_duplicate).
+    async fn ack_duplicate_once(
         &self,
         queue: &str,
         stream_id: &str,
@@ -687,7 +390,7 @@ impl Receivers {
     /// Schedule `entry`'s next delivery `retry.delay` from now, clearing `claim`'s marker,
     /// appending `run`'s `retry` receipt and acknowledging the entry in one step; unless the
     /// claim was lost ([`HandledAs::LostClaim`]: nothing changed).
-    pub async fn schedule_retry(
+    pub(super) async fn schedule_retry(
         &self,
         queue: &str,
         claim: &Claim,
@@ -714,7 +417,7 @@ impl Receivers {
             .arg(due)
             .arg(json)
             .arg(receipt_arg(run, "retry", Some(&reason)))
-            .arg(self.settings.retry_set_max_len);
+            .arg(self.retry_set_max_len);
         let r = self
             .apply_outcome(queue, &entry.stream_id, "schedule a retry", &invocation)
             .await;
@@ -741,7 +444,7 @@ impl Receivers {
     /// appending `run`'s `dead` receipt and acknowledging the entry in one step; unless the
     /// claim was lost ([`HandledAs::LostClaim`]: nothing changed). Without a claim (an entry
     /// that could not be claimed, e.g. without an event id) no marker is touched.
-    pub async fn dead_letter(
+    pub(super) async fn dead_letter(
         &self,
         queue: &str,
         handler: &str,
@@ -765,7 +468,7 @@ impl Receivers {
             .arg(CONSUMER_GROUP)
             .arg(&entry.stream_id)
             .arg(receipt_arg(run, "dead", Some(&reason)))
-            .arg(self.settings.dead_letter_max_len);
+            .arg(self.dead_letter_max_len);
         let dead_at = chrono::Utc::now().to_rfc3339();
         for field in entry.dead_letter_fields(&reason, handler, queue, &dead_at) {
             invocation.arg(field);
@@ -802,7 +505,7 @@ impl Receivers {
         reason: String,
         run: Option<&HandlerRun>,
     ) -> HandledAs {
-        let cap = self.settings.retry_set_max_len;
+        let cap = self.retry_set_max_len;
         metrics::counter!("outbox_retry_set_full_total", "queue" => queue.to_string()).increment(1);
         tracing::error!(%queue, event_id = claim.event_id, handler = %claim.handler, attempt, max_len = cap, "the retry set is full (OUTBOX_RETRY_SET_MAX_LEN): the entry is dead-lettered instead of retried");
         let reason = format!("retry set full ({cap} entries, OUTBOX_RETRY_SET_MAX_LEN): {reason}");
@@ -814,16 +517,60 @@ impl Receivers {
     fn report_dead_letters_trimmed(&self, queue: &str, trimmed: u64) {
         metrics::counter!("outbox_redis_trimmed_total", "queue" => queue.to_string(), "kind" => "dead_letter")
             .increment(trimmed);
-        tracing::warn!(%queue, trimmed, max_len = self.settings.dead_letter_max_len, "the dead-letter stream is at its cap (OUTBOX_DEAD_LETTER_MAX_LEN): its oldest dead letters were trimmed and are gone");
+        tracing::warn!(%queue, trimmed, max_len = self.dead_letter_max_len, "the dead-letter stream is at its cap (OUTBOX_DEAD_LETTER_MAX_LEN): its oldest dead letters were trimmed and are gone");
     }
 
-    /// The receiver lease in milliseconds.
-    fn lease_ms(&self) -> u64 {
-        self.settings.receiver_lease.as_millis() as u64
+    /// Run an owner-checked outcome script for `stream_id` on `queue` (`what` names it in logs),
+    /// retrying through blips; its reply (`-1`: the claim was lost). A retry first checks the
+    /// entry is still pending in the consumer group; if it is not, the earlier try was applied
+    /// (only its reply was lost) and this one reports it applied.
+    pub(super) async fn apply_outcome(
+        &self,
+        queue: &str,
+        stream_id: &str,
+        what: &str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<i64, ReceiveError> {
+        let mut tried = false;
+        retry_blips(
+            what,
+            blips::STAGE,
+            blips::deadline(self.lease),
+            blips::receive_blip,
+            || {
+                let again = std::mem::replace(&mut tried, true);
+                async move {
+                    if again && !self.still_pending(queue, stream_id).await? {
+                        return Ok(APPLIED_BEFORE);
+                    }
+                    ctx(
+                        invocation.invoke_async(&mut self.conn.clone()).await,
+                        || format!("{what}: {stream_id} on {queue}"),
+                    )
+                }
+            },
+        )
+        .await
+    }
+
+    /// Whether `stream_id` is still pending (delivered, not acknowledged) in `queue`'s group.
+    async fn still_pending(&self, queue: &str, stream_id: &str) -> Result<bool, ReceiveError> {
+        let reply: redis::Value = ctx(
+            redis::cmd("XPENDING")
+                .arg(self.keys.stream(queue))
+                .arg(CONSUMER_GROUP)
+                .arg(stream_id)
+                .arg(stream_id)
+                .arg(1)
+                .query_async(&mut self.conn.clone())
+                .await,
+            || format!("XPENDING {stream_id} on {queue}"),
+        )?;
+        Ok(matches!(reply, redis::Value::Array(ref entries) if !entries.is_empty()))
     }
 }
 
-/// A handler retry to schedule ([`Receivers::schedule_retry`]).
+/// A handler retry to schedule ([`Receivers::schedule_retry`](super::Receivers::schedule_retry)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retry {
     /// The attempt that failed (1 for the first delivery).
@@ -836,279 +583,14 @@ pub struct Retry {
     pub reason: String,
 }
 
-/// The most successes one [`FinishBatches`] step records: one script call, during which Redis
-/// serves nobody else.
-const FINISH_BATCH: usize = 64;
-
-/// One handler success waiting to be recorded (see [`FINISH_LUA`] for what is written).
-pub(super) struct PendingFinish {
-    /// The receipts stream of the entry's queue (see [`crate::queue::QueueKeys::receipts_stream`]).
-    receipts_stream: String,
-    marker: String,
-    stream: String,
-    owner_value: String,
-    stream_id: String,
-    receipt: String,
-}
-
-/// Records the successes of handlers that finish at about the same time in one step: one
-/// [`FINISH_LUA`] call for up to [`FINISH_BATCH`] entries of any queues (on a Redis Cluster
-/// one call per queue, run at once: a script touches one slot), instead of one per entry. A success waits only for the step in flight, never for a timer: an idle receiver's
-/// success goes alone at once, a busy one's join the next step. Each entry keeps its own
-/// owner check and reply, so one lost claim changes nothing for the others. The waiting
-/// successes are bounded by the handler tasks (one each).
-#[derive(Clone)]
-pub(super) struct FinishBatches {
-    waiting: tokio::sync::mpsc::UnboundedSender<WaitingFinish>,
-}
-
-impl FinishBatches {
-    /// Start the task that records successes on `conn`, with `done` markers kept for
-    /// `marker_ttl_s`; it ends when the last clone is dropped.
-    pub(super) fn spawn(conn: RedisConn, marker_ttl_s: u64) -> Self {
-        let (waiting, queue) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(record_finish_batches(queue, conn, marker_ttl_s));
-        Self { waiting }
-    }
-
-    /// Record `finish` with whatever else is waiting: what the script did for it, or `None`
-    /// when the step failed (applied or not: the caller retries on its own).
-    pub(super) async fn finish(&self, finish: PendingFinish) -> Option<Settled> {
-        let (reply, settled) = oneshot::channel();
-        self.waiting.send((finish, reply)).ok()?;
-        settled.await.ok().flatten()
-    }
-}
-
-/// One [`FINISH_LUA`] call for `finishes` (its KEYS and ARGV layout, written once), with `done`
-/// markers kept for `marker_ttl_s`.
-fn finish_invocation<'a>(
-    script: &'a redis::Script,
-    receipts_stream: &str,
-    marker_ttl_s: u64,
-    finishes: impl IntoIterator<Item = &'a PendingFinish>,
-) -> redis::ScriptInvocation<'a> {
-    let mut invocation = script.key(receipts_stream);
-    invocation
-        .arg(CONSUMER_GROUP)
-        .arg(MARKER_DONE_OK)
-        .arg(marker_ttl_s);
-    for finish in finishes {
-        invocation
-            .key(&finish.marker)
-            .key(&finish.stream)
-            .arg(&finish.owner_value)
-            .arg(&finish.stream_id)
-            .arg(&finish.receipt);
-    }
-    invocation
-}
-
-/// The task behind [`FinishBatches`]: takes every waiting success (up to [`FINISH_BATCH`]),
-/// records them in one script call per receipts stream and answers each.
-async fn record_finish_batches(
-    mut queue: tokio::sync::mpsc::UnboundedReceiver<WaitingFinish>,
-    conn: RedisConn,
-    marker_ttl_s: u64,
-) {
-    let script = redis::Script::new(FINISH_LUA);
-    let mut batch = Vec::with_capacity(FINISH_BATCH);
-    while queue.recv_many(&mut batch, FINISH_BATCH).await > 0 {
-        // One step per receipts stream (one on a single node; one per queue on a cluster).
-        batch.sort_by(|(a, _), (b, _)| a.receipts_stream.cmp(&b.receipts_stream));
-        let mut steps = Vec::new();
-        while let Some((first, _)) = batch.first() {
-            let stream = first.receipts_stream.clone();
-            let same = batch
-                .iter()
-                .take_while(|(finish, _)| finish.receipts_stream == stream)
-                .count();
-            let step: Vec<WaitingFinish> = batch.drain(..same).collect();
-            steps.push(record_finish_step(
-                &script,
-                conn.clone(),
-                marker_ttl_s,
-                step,
-            ));
-        }
-        futures::future::join_all(steps).await;
-    }
-}
-
-/// A success waiting to be recorded and where its answer goes.
-type WaitingFinish = (PendingFinish, oneshot::Sender<Option<Settled>>);
-
-/// One [`FINISH_LUA`] call for `step` (successes that share a receipts stream), answering each.
-async fn record_finish_step(
-    script: &redis::Script,
-    mut conn: RedisConn,
-    marker_ttl_s: u64,
-    step: Vec<WaitingFinish>,
-) {
-    let Some((first, _)) = step.first() else {
-        return;
-    };
-    let invocation = finish_invocation(
-        script,
-        &first.receipts_stream,
-        marker_ttl_s,
-        step.iter().map(|(finish, _)| finish),
-    );
-    let replies: redis::RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
-    match replies {
-        Ok(replies) if replies.len() == step.len() => {
-            for ((_, reply), settled) in step.into_iter().zip(replies) {
-                let _ = reply.send(Some(Settled::from_reply(settled)));
-            }
-        }
-        other => {
-            let entries = step.len();
-            match other {
-                Err(e) => {
-                    if let Some(blip) = crate::fault::redis_blip(&e) {
-                        blip.count_retries(blips::STAGE, entries as u64);
-                    }
-                    tracing::warn!(entries, error = %e, "recording handler successes together failed; each is retried on its own")
-                }
-                Ok(replies) => {
-                    tracing::warn!(entries, replies = replies.len(), "recording handler successes together gave a reply per entry only for some; each is retried on its own")
-                }
-            }
-            for (_, reply) in step {
-                let _ = reply.send(None);
-            }
-        }
-    }
-}
-
-/// The receipt argument of an outcome script: `run`'s receipt as a receipts stream entry, or
-/// empty (none).
 /// The receipt result of a handler that finished its entry.
 pub(super) const RESULT_OK: &str = "ok";
 /// The receipt result of an entry whose event version its handler does not support.
 pub const RESULT_SKIPPED_VERSION: &str = "skipped_unsupported_version";
 
+/// The receipt argument of an outcome script: `run`'s receipt as a receipts stream entry, or
+/// empty (none).
 fn receipt_arg(run: Option<&HandlerRun>, result: &'static str, error: Option<&str>) -> String {
     run.map(|run| ReceiptUpdate::Outcome(run.receipt(result, error)).encode())
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::queue::QueueKeys;
-    use redis::streams::StreamReadOptions;
-
-    async fn redis() -> RedisConn {
-        let url =
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
-        crate::redis_conn::RedisTarget::parse(&url)
-            .unwrap()
-            .shared()
-            .await
-            .unwrap()
-    }
-
-    /// A pending entry on `stream` (delivered to consumer `c`) and its marker held by `owner`.
-    async fn delivered_and_claimed(
-        conn: &mut RedisConn,
-        stream: &str,
-        marker: &str,
-        owner: &str,
-    ) -> String {
-        let id: String = conn.xadd(stream, "*", &[("event_id", "1")]).await.unwrap();
-        let _: redis::streams::StreamReadReply = conn
-            .xread_options(
-                &[stream],
-                &[">"],
-                &StreamReadOptions::default().group(CONSUMER_GROUP, "c"),
-            )
-            .await
-            .unwrap();
-        let _: () = conn.set(marker, marker_running(owner)).await.unwrap();
-        id
-    }
-
-    #[tokio::test]
-    async fn successes_recorded_together_keep_each_entrys_own_owner_check() {
-        let mut conn = redis().await;
-        let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
-        let (a, b) = (keys.stream("queue-a"), keys.stream("queue-b"));
-        for stream in [&a, &b] {
-            let _: () = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(stream)
-                .arg(CONSUMER_GROUP)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-        let markers: Vec<String> = (1..=3)
-            .map(|i| keys.handled_marker("queue-a", "h", i))
-            .collect();
-        let ids = [
-            delivered_and_claimed(&mut conn, &a, &markers[0], "c:1").await,
-            // Taken over: its marker holds another owner's token now.
-            delivered_and_claimed(&mut conn, &a, &markers[1], "other:9").await,
-            delivered_and_claimed(&mut conn, &b, &markers[2], "c:3").await,
-        ];
-        let batches = FinishBatches::spawn(conn.clone(), 60);
-        let finish = |i: usize, stream: &str, owner: &str| {
-            batches.finish(PendingFinish {
-                receipts_stream: keys.receipts_stream("queue-a"),
-                marker: markers[i].clone(),
-                stream: stream.to_string(),
-                owner_value: marker_running(owner),
-                stream_id: ids[i].clone(),
-                receipt: format!("receipt {i}"),
-            })
-        };
-        // Sent at once, so they may share a step; each gets its own answer either way.
-        let (first, lost, third) = tokio::join!(
-            finish(0, &a, "c:1"),
-            finish(1, &a, "c:2"),
-            finish(2, &b, "c:3")
-        );
-        assert_eq!(first, Some(Settled::Recorded));
-        assert_eq!(lost, Some(Settled::LostClaim));
-        assert_eq!(third, Some(Settled::Recorded));
-
-        let marker = |i: usize| {
-            let mut conn = conn.clone();
-            let key = markers[i].clone();
-            async move { conn.get::<_, Option<String>>(key).await.unwrap() }
-        };
-        assert_eq!(marker(0).await.as_deref(), Some(MARKER_DONE_OK));
-        assert_eq!(
-            marker(1).await,
-            Some(marker_running("other:9")),
-            "the new owner's marker is untouched"
-        );
-        assert_eq!(marker(2).await.as_deref(), Some(MARKER_DONE_OK));
-        let pending = |stream: String| {
-            let mut conn = conn.clone();
-            async move {
-                let reply: redis::streams::StreamPendingReply =
-                    conn.xpending(&stream, CONSUMER_GROUP).await.unwrap();
-                reply.count()
-            }
-        };
-        assert_eq!(
-            pending(a.clone()).await,
-            1,
-            "only the lost claim's entry is still pending"
-        );
-        assert_eq!(pending(b.clone()).await, 0);
-        let receipts: usize = conn.xlen(keys.receipts_stream("queue-a")).await.unwrap();
-        assert_eq!(
-            receipts, 2,
-            "a receipt for each recorded success, none for the lost one"
-        );
-
-        let mut all: Vec<String> = markers.clone();
-        all.extend([a, b, keys.receipts_stream("queue-a")]);
-        let _: () = conn.del(all).await.unwrap();
-    }
 }

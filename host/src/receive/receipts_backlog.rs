@@ -15,52 +15,62 @@
 
 use std::time::Duration;
 
-use super::Receivers;
+use crate::redis_conn::RedisConn;
 
 /// How long a held receiver waits before looking again.
 pub(super) const RECHECK_HELD: Duration = Duration::from_millis(250);
 
-/// One receiver's view of its receipts stream: whether it is held.
-#[derive(Debug, Default)]
+/// One receiver's view of its queue's receipts stream: where it is, its cap, and whether the
+/// receiver is held.
 pub(super) struct ReceiptsBacklog {
+    conn: RedisConn,
+    /// The receipts stream the queue's outcomes append to.
+    stream: String,
+    /// `OUTBOX_RECEIPTS_STREAM_MAX_LEN`.
+    cap: u64,
     held: bool,
 }
 
-impl Receivers {
+impl ReceiptsBacklog {
+    /// The backlog of receipts `stream` on `conn`, full at `cap` receipts; not held.
+    pub(super) fn new(conn: RedisConn, stream: String, cap: u64) -> Self {
+        Self {
+            conn,
+            stream,
+            cap,
+            held: false,
+        }
+    }
+
     /// Whether `queue`'s receiver must read nothing new now: its receipts stream holds
     /// `OUTBOX_RECEIPTS_STREAM_MAX_LEN` receipts or more. A length that cannot be read counts
     /// as below the cap (the read that follows meets the same Redis and handles its error).
-    pub(super) async fn receipts_backlog_full(
-        &self,
-        queue: &str,
-        backlog: &mut ReceiptsBacklog,
-    ) -> bool {
-        let stream = self.keys.receipts_stream(queue);
-        let cap = self.settings.receipts_stream_max_len;
+    pub(super) async fn full(&mut self, queue: &str) -> bool {
+        let cap = self.cap;
         let len: u64 = match redis::cmd("XLEN")
-            .arg(&stream)
+            .arg(&self.stream)
             .query_async(&mut self.conn.clone())
             .await
         {
             Ok(len) => len,
             Err(e) => {
                 tracing::debug!(%queue, error = %e, "cannot read the receipts stream's length");
-                return backlog.held;
+                return self.held;
             }
         };
         let full = len >= cap;
-        if full && !backlog.held {
+        if full && !self.held {
             metrics::counter!("outbox_receipts_backlog_holds_total", "queue" => queue.to_string())
                 .increment(1);
             tracing::warn!(%queue, receipts = len, max_len = cap, "the receipts stream is full (OUTBOX_RECEIPTS_STREAM_MAX_LEN): the receipt writer is behind (PostgreSQL away?); reading no new entries until it catches up");
-        } else if !full && backlog.held {
+        } else if !full && self.held {
             tracing::info!(%queue, receipts = len, "the receipt writer caught up; reading the queue again");
         }
-        if full != backlog.held {
+        if full != self.held {
             metrics::gauge!("outbox_receipts_backlog_full", "queue" => queue.to_string())
                 .set(if full { 1.0 } else { 0.0 });
         }
-        backlog.held = full;
+        self.held = full;
         full
     }
 }

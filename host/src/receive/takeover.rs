@@ -13,13 +13,17 @@
 //! PostgreSQL never has a running handler's entry taken. The claim is then cleared in the same
 //! script and the entry handled here like a reclaimed one (its idempotency claim decides). It
 //! never takes an entry another live consumer holds, and never clears a claim that is renewed.
+//! [`DeadHostTakeover::run_once`] is one round on one queue: the receiver calls it every
+//! housekeeping round, a test directly.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::consume::Handling;
-use super::{ctx, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP};
-use crate::queue::marker_running;
+use sqlx::PgPool;
+
+use super::{ctx, QueueEntry, ReceiveError, CONSUMER_GROUP};
+use crate::queue::{marker_running, QueueKeys};
+use crate::redis_conn::RedisConn;
 use crate::store;
 
 /// How often the silent hosts are looked up in PostgreSQL (per receiver process).
@@ -54,11 +58,45 @@ return 1
 
 /// The hosts whose heartbeat stopped, as last looked up.
 #[derive(Default)]
-pub(super) struct DeadHosts {
+struct DeadHosts {
     known: Mutex<Option<(Instant, Vec<String>)>>,
 }
 
-impl Receivers {
+/// Takes the entries of a queue that the receivers of hosts whose heartbeat stopped held, for
+/// one consumer to handle.
+#[derive(Clone)]
+pub struct DeadHostTakeover {
+    /// Where the hosts' heartbeats are read.
+    pool: PgPool,
+    conn: RedisConn,
+    keys: QueueKeys,
+    consumer: String,
+    lease: Duration,
+    script: Arc<redis::Script>,
+    /// The hosts whose heartbeat stopped, as last looked up.
+    dead_hosts: Arc<DeadHosts>,
+}
+
+impl DeadHostTakeover {
+    /// A takeover for `consumer`, reading heartbeats from `pool`, with the receiver `lease`.
+    pub fn new(
+        pool: PgPool,
+        conn: RedisConn,
+        keys: QueueKeys,
+        consumer: String,
+        lease: Duration,
+    ) -> Self {
+        Self {
+            pool,
+            conn,
+            keys,
+            consumer,
+            lease,
+            script: Arc::new(redis::Script::new(TAKE_OVER_LUA)),
+            dead_hosts: Arc::default(),
+        }
+    }
+
     /// The consumers (host ids) whose heartbeat is older than `STALE_HOST_AFTER`, this one
     /// excepted; looked up at most every [`DEAD_HOSTS_REFRESH`].
     async fn dead_consumers(&self) -> Vec<String> {
@@ -71,9 +109,7 @@ impl Receivers {
         if let Some(hosts) = fresh {
             return hosts;
         }
-        let hosts = match store::stale_hosts(self.handler_host.pool(), store::STALE_HOST_AFTER)
-            .await
-        {
+        let hosts = match store::stale_hosts(&self.pool, store::STALE_HOST_AFTER).await {
             Ok(hosts) => hosts
                 .into_iter()
                 .map(|h| h.worker)
@@ -90,22 +126,19 @@ impl Receivers {
         hosts
     }
 
-    /// Take the entries of `queue` that dead hosts' receivers held (see the module docs) and
-    /// hand them to handler tasks. Returns how many were taken.
-    pub(super) async fn take_over_dead_consumers(
+    /// Take the entries of `queue` (consumed by `handler`) that dead hosts' receivers held
+    /// (see the module docs) and return them, to be handled like reclaimed ones.
+    pub async fn run_once(
         &self,
         queue: &str,
-        handling: &mut Handling,
-    ) -> Result<usize, ReceiveError> {
+        handler: &str,
+    ) -> Result<Vec<QueueEntry>, ReceiveError> {
         let dead = self.dead_consumers().await;
         if dead.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
-        let Some(handler) = self.live.routes.load().handlers.get(queue).cloned() else {
-            return Ok(0);
-        };
         let key = self.keys.stream(queue);
-        let lease = self.settings.receiver_lease;
+        let lease = self.lease;
         let renewed_within = lease
             .saturating_sub(lease / 3)
             .saturating_sub(RENEWAL_MARGIN);
@@ -142,9 +175,9 @@ impl Receivers {
                 };
                 let event_id = entry.event_id().unwrap_or(0);
                 let outcome: i64 = ctx(
-                    self.take_over
+                    self.script
                         .key(&key)
-                        .key(self.keys.handled_marker(queue, &handler, event_id))
+                        .key(self.keys.handled_marker(queue, handler, event_id))
                         .arg(CONSUMER_GROUP)
                         .arg(&self.consumer)
                         .arg(&id)
@@ -164,17 +197,10 @@ impl Receivers {
                 tracing::warn!(%queue, host = %consumer, count = taken.len(), silent_for = ?store::STALE_HOST_AFTER, "took over the entries of a host whose heartbeat stopped");
             }
         }
-        let count = taken.len();
-        if count > 0 {
+        if !taken.is_empty() {
             metrics::counter!("outbox_receiver_taken_over_total", "queue" => queue.to_string())
-                .increment(count as u64);
-            self.spawn_handlers(queue, taken, handling).await;
+                .increment(taken.len() as u64);
         }
-        Ok(count)
+        Ok(taken)
     }
-}
-
-/// The takeover script.
-pub(super) fn take_over_script() -> redis::Script {
-    redis::Script::new(TAKE_OVER_LUA)
 }
