@@ -583,10 +583,13 @@ fn load_config_or_environment(path: &Option<PathBuf>) -> anyhow::Result<Config> 
 }
 
 fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
-    Ok(match path {
+    let config = match path {
         Some(p) => Config::load(p)?,
         None => Config::from_env()?,
-    })
+    };
+    // The checks that need the plugins and Redis a config is assembled with (live_config).
+    config.check()?;
+    Ok(config)
 }
 
 #[tokio::main]

@@ -32,11 +32,8 @@ use super::engine::{
     World,
 };
 use super::{PluginError, WIT_VERSION};
-use crate::capability::policy::DENY_ALL;
 use crate::config::{PluginSpec, RoutesFile};
-
-/// `[router] plugin` value for the built-in table (no plugin).
-const NATIVE_ROUTER: &str = "native";
+use crate::naming::{DENY_ALL, NATIVE_ROUTER};
 
 /// One compiled version of a plugin file.
 pub struct CompiledPlugin {
