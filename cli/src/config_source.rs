@@ -28,8 +28,11 @@ pub(crate) fn load_config_or_environment(path: &Option<PathBuf>) -> anyhow::Resu
 /// (else `routes.toml` if present, else the built-in table), with the environment over its
 /// `[settings]`; an unreadable or invalid file is an error.
 pub(crate) fn load_config(path: &Option<PathBuf>) -> anyhow::Result<Config> {
-    Ok(match path {
+    let config = match path {
         Some(p) => Config::load(p)?,
         None => Config::from_env()?,
-    })
+    };
+    // The checks that need the plugins and Redis a config is assembled with (live_config).
+    config.check()?;
+    Ok(config)
 }

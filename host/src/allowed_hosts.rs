@@ -6,8 +6,9 @@
 //! under another name (a DNS-rebinding attack points a name the attacker owns at this address,
 //! so the browser sends the attacker's name as `Host`) is refused with 421 before any handler
 //! runs. `/healthz` and `/readyz` stay open to every `Host`: orchestrators probe them by the pod's
-//! IP, and they show nothing an attacker could use. It also owns the checks of the two settings'
-//! values. It never reads a request body and never calls anything.
+//! IP, and they show nothing an attacker could use. The checks of the two settings' values are
+//! naming rules ([`crate::naming::check_host_entry`], [`crate::naming::check_public_url`]). It
+//! never reads a request body and never calls anything.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -15,11 +16,10 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::naming::split_host_port;
+
 /// Paths every `Host` may reach (liveness and readiness probes).
 pub const OPEN_PATHS: &[&str] = &["/healthz", "/readyz"];
-
-/// Longest `Host` entry accepted in the settings (a DNS name is at most 253 bytes, plus a port).
-const MAX_HOST_BYTES: usize = 260;
 
 /// One allowed `Host`: a host name or IP literal (lower case, IPv6 in brackets) and the ports
 /// it is allowed with.
@@ -56,66 +56,6 @@ impl PortRule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedHosts {
     allowed: Vec<AllowedHost>,
-}
-
-/// `host[:port]` split, the host lower-cased (`[::1]:9464` -> (`[::1]`, 9464)); `None` when the
-/// port is not a number.
-fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
-    let text = text.trim().to_ascii_lowercase();
-    let (host, port) = if text.starts_with('[') {
-        match text.split_once(']') {
-            Some((ip, "")) => (format!("{ip}]"), None),
-            Some((ip, rest)) => (format!("{ip}]"), Some(rest.strip_prefix(':')?)),
-            None => return None,
-        }
-    } else {
-        match text.rsplit_once(':') {
-            Some((host, port)) => (host.to_string(), Some(port)),
-            None => (text, None),
-        }
-    };
-    let port = match port {
-        Some(p) => Some(p.parse::<u16>().ok()?),
-        None => None,
-    };
-    Some((host, port))
-}
-
-/// Check one entry of `OUTBOX_CONSOLE_ALLOWED_HOSTS`: `host` or `host:port`, a DNS name or an IP
-/// literal (IPv6 in brackets).
-pub fn check_host_entry(entry: &str) -> Result<(), String> {
-    let valid_chars = entry
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'));
-    let parsed = split_host_port(entry).filter(|(host, _)| !host.is_empty());
-    if entry.is_empty() || entry.len() > MAX_HOST_BYTES || !valid_chars || parsed.is_none() {
-        let shown = crate::capability::clip(entry, 80);
-        return Err(format!(
-            "{shown:?} is not a host: use a name or an IP address, optionally with :port (e.g. outbox.example.com or 10.0.0.5:9464)"
-        ));
-    }
-    Ok(())
-}
-
-/// Check `OUTBOX_CONSOLE_PUBLIC_URL`: empty, or an `http://` or `https://` URL with a host and
-/// no user or password.
-pub fn check_public_url(url: &str) -> Result<(), String> {
-    if url.is_empty() {
-        return Ok(());
-    }
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!(
-            "{url:?} must start with https:// (or http:// for a console that is not behind TLS)"
-        ));
-    }
-    if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{url:?} names no host"));
-    }
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(format!("{url:?} must not carry a user or password"));
-    }
-    Ok(())
 }
 
 /// Whether the console's public URL is `https://` (its session cookie is then `Secure`).
@@ -207,7 +147,7 @@ pub async fn check_host(
         Some(host) if allowed.allows(&host) => next.run(request).await,
         host => {
             let host = host.unwrap_or_default();
-            let shown = crate::capability::clip(&host, 100);
+            let shown = crate::naming::clip(&host, 100);
             tracing::warn!(host = %shown, path = %request.uri().path(), "refused a request for a host this endpoint does not serve");
             let mut response = (
                 StatusCode::MISDIRECTED_REQUEST,
@@ -231,6 +171,7 @@ pub async fn check_host(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::naming::{check_host_entry, check_public_url};
 
     fn local(addr: &str) -> std::net::SocketAddr {
         addr.parse().unwrap()

@@ -10,7 +10,8 @@
 //! backoff every loop uses while PostgreSQL or Redis are away, and [`fault`] tells such an
 //! infrastructure blip (retried without counting against any event) from an event's own fault. Operators use the `outbox`
 //! command (crate `outbox-cli`); this library never prints.
-//! [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
+//! [`naming`] holds the naming and bounds rules every floor shares (it imports nothing of the
+//! crate); [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health; [`trace_context`] carries the W3C trace context in `headers`.
 //!
 //! Embedding the dispatcher in an application:
@@ -37,6 +38,7 @@ pub mod fault;
 pub mod host;
 pub mod http;
 pub mod live_config;
+pub mod naming;
 pub mod plugin;
 pub mod publish;
 pub mod queue;

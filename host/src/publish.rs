@@ -127,7 +127,7 @@ impl NewEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     /// The event type breaks the naming rule.
-    #[error("invalid event type {0:?}: use lowercase dot-separated segments (a-z, 0-9, '_', '-'), at least two, e.g. \"mail.welcome\"")]
+    #[error("{}", crate::naming::NameError::EventType(.0.clone()))]
     InvalidEventType(String),
     /// The payload is not a JSON object.
     #[error("payload of {event_type} must be a JSON object, got {found}")]
@@ -206,21 +206,11 @@ pub enum PublishError {
     },
 }
 
-/// Check an event type: lowercase, dot-separated, at least two non-empty segments.
+/// Check an event type ([`crate::naming::validate_event_type`]: lowercase, dot-separated, at
+/// least two non-empty segments), as a [`PublishError`].
 pub fn validate_event_type(event_type: &str) -> Result<(), PublishError> {
-    let ok = event_type.len() <= 255
-        && event_type.split('.').count() >= 2
-        && event_type.split('.').all(|seg| {
-            !seg.is_empty()
-                && seg
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(PublishError::InvalidEventType(event_type.to_string()))
-    }
+    crate::naming::validate_event_type(event_type)
+        .map_err(|_| PublishError::InvalidEventType(event_type.to_string()))
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -387,7 +377,10 @@ impl PublishRules {
     ) -> Result<Self, crate::contracts::ContractError> {
         Ok(Self {
             max_payload_bytes: config.settings.max_payload_bytes,
-            contracts: Some(config.load_contracts()?),
+            contracts: Some(crate::contracts::Contracts::load(
+                Some(config.contracts_dir()),
+                config.settings.contracts_mode,
+            )?),
         })
     }
 

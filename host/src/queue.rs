@@ -17,8 +17,8 @@ use crate::store::ClaimedEvent;
 pub const CONSUMER_GROUP: &str = "outbox";
 
 /// What a queue's dead-letter stream adds to the queue's stream key (`{prefix}{queue}.dead-letter`).
-/// A queue name never ends with it (see [`crate::config::validate_queue_name`]).
-pub const DEAD_LETTER_SUFFIX: &str = ".dead-letter";
+/// A queue name never ends with it (see [`crate::naming::validate_queue_name`]).
+pub use crate::naming::DEAD_LETTER_SUFFIX;
 
 /// Value of a handled marker while a consumer runs the handler: `running:<owner token>`, the
 /// token being [`claim_owner`] (unique per claim). Every outcome script (ok, retry, dead letter)

@@ -61,7 +61,7 @@ pub enum TraceContextError {
 /// Parse a `traceparent` value into the producer's (remote) span context, without trace state.
 pub fn parse_traceparent(value: &str) -> Result<SpanContext, TraceContextError> {
     let invalid = |reason| TraceContextError::InvalidTraceparent {
-        value: crate::capability::clip(value, 64).to_string(),
+        value: crate::naming::clip(value, 64).to_string(),
         reason,
     };
     let is_hex = |s: &str| {
@@ -120,7 +120,7 @@ pub fn parse_tracestate(value: &str) -> Result<TraceState, TraceContextError> {
         let Some((key, val)) = member.split_once('=') else {
             return Err(invalid(format!(
                 "member {:?} is not key=value",
-                crate::capability::clip(member, 64)
+                crate::naming::clip(member, 64)
             )));
         };
         // The W3C value: printable ASCII (no ',' or '=', checked below), not ending in a space.
@@ -128,7 +128,7 @@ pub fn parse_tracestate(value: &str) -> Result<TraceState, TraceContextError> {
         {
             return Err(invalid(format!(
                 "the value of {:?} is not printable ASCII",
-                crate::capability::clip(key, 64)
+                crate::naming::clip(key, 64)
             )));
         }
         members.push((key.to_string(), val.to_string()));

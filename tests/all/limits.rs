@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use outbox_host::capability::CapabilityPolicy;
 use outbox_host::live_config::LiveConfig;
 use outbox_host::plugin::bindings::WitEvent;
-use outbox_host::plugin::router::to_wit_event;
+use outbox_host::plugin::wit_event::to_wit_event;
 use outbox_host::receive::{DeadLetters, Receivers};
 use outbox_host::store::ClaimedEvent;
 use outbox_host::NewEvent;

@@ -38,45 +38,7 @@ pub const MAX_KV_VALUE_BYTES: usize = 1 << 20;
 /// hold are bounded by the plugin's [`KvMaxBytes`].
 pub const MAX_KV_KEYS_PER_PLUGIN: usize = 1000;
 
-/// Bytes of keys and values one plugin may hold at once unless its `[plugins.NAME]` sets
-/// `kv_max_bytes`: 16 MiB.
-pub const DEFAULT_KV_MAX_BYTES: u64 = 16 << 20;
-
-/// Largest `kv_max_bytes` a plugin may be given: 1 GiB (about what [`MAX_KV_KEYS_PER_PLUGIN`]
-/// values of [`MAX_KV_VALUE_BYTES`] hold).
-pub const MAX_KV_MAX_BYTES: u64 = 1 << 30;
-
-/// `kv_max_bytes` of `[plugins.NAME]`: the bytes of keys and values the plugin may hold at once
-/// in its kv store, 1 to [`MAX_KV_MAX_BYTES`] (default [`DEFAULT_KV_MAX_BYTES`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(try_from = "u64", into = "u64")]
-pub struct KvMaxBytes(u64);
-
-impl KvMaxBytes {
-    /// The quota of a plugin whose spec sets `kv_max_bytes` to `set` (`None`: the default).
-    pub fn of(set: Option<KvMaxBytes>) -> u64 {
-        set.map_or(DEFAULT_KV_MAX_BYTES, |q| q.0)
-    }
-}
-
-impl TryFrom<u64> for KvMaxBytes {
-    type Error = String;
-
-    fn try_from(bytes: u64) -> Result<Self, String> {
-        if bytes == 0 || bytes > MAX_KV_MAX_BYTES {
-            return Err(format!(
-                "kv_max_bytes must be 1 to {MAX_KV_MAX_BYTES} (1 GiB), got {bytes}"
-            ));
-        }
-        Ok(Self(bytes))
-    }
-}
-
-impl From<KvMaxBytes> for u64 {
-    fn from(quota: KvMaxBytes) -> u64 {
-        quota.0
-    }
-}
+pub use crate::naming::{KvMaxBytes, DEFAULT_KV_MAX_BYTES, MAX_KV_MAX_BYTES};
 
 /// Deadline of one Redis command issued for a plugin.
 const KV_DEADLINE: Duration = Duration::from_secs(5);

@@ -290,25 +290,5 @@ impl HandlerServices for ReceiverServices {
     }
 }
 
-/// At most `max` bytes of `s`, cut at a character boundary (audit lines, bounded keys).
-pub(crate) fn clip(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::clip;
-
-    #[test]
-    fn clip_cuts_at_char_boundaries() {
-        assert_eq!(clip("héllo", 2), "h");
-        assert_eq!(clip("abc", 10), "abc");
-    }
-}
+/// The clip every capability uses (the rule lives in [`crate::naming`]).
+pub(crate) use crate::naming::clip;

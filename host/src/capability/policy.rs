@@ -27,8 +27,7 @@ use crate::plugin::bindings::policy_world::exports::outbox::plugin::policy_api::
 use crate::plugin::{LoadedPlugin, PluginError, PluginRegistry};
 use crate::publish::NewEvent;
 
-/// `[policy] plugin` value that refuses every capability but `log` without running WebAssembly.
-pub const DENY_ALL: &str = "deny-all";
+pub use crate::naming::DENY_ALL;
 
 /// Event type of the audit event written for a denied host call.
 pub const DENIED_EVENT_TYPE: &str = "plugin.capability-use.denied";

@@ -287,7 +287,7 @@ pub(crate) fn child_generation(
     }
     Err(format!(
         "publish: refused {}: event {} is generation {}, and children deeper than generation {max_generation} are refused (OUTBOX_MAX_EVENT_GENERATION = {max_generation}; a producer's event is generation 0, each event a handler publishes one more than its parent). Events that keep coming back to the handlers that publish them are a feedback loop: `outbox routes check` names the loops in routes.toml",
-        clip(child_type, 255),
+        clip(child_type, crate::naming::MAX_EVENT_TYPE_BYTES),
         parent.id,
         parent.generation,
     ))

@@ -306,8 +306,8 @@ fn handler_bound_queues(console: &Console) -> Vec<String> {
 /// the queue naming rule and be a handler-bound queue of the routes in force; otherwise a 404
 /// saying why.
 fn known_dead_letter_queue(console: &Console, queue: &str) -> Result<(), ConsoleError> {
-    let shown = crate::capability::clip(queue, 80);
-    if let Err(rule) = crate::config::validate_queue_name(queue) {
+    let shown = crate::naming::clip(queue, 80);
+    if let Err(rule) = crate::naming::validate_queue_name(queue) {
         return Err(ConsoleError::NotFound(format!(
             "no queue {shown:?}: {rule} (nothing was read or changed)"
         )));

@@ -31,14 +31,12 @@ mod validation_errors;
 pub use live::Contracts;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::publish::validate_event_type;
+use crate::naming::validate_event_type;
 use validation_errors::describe_error;
 
 /// Largest contract file read, in bytes.
@@ -52,39 +50,9 @@ pub const MAX_REPORTED_ERRORS: usize = 10;
 /// Longest single validation error message, in bytes (longer ones are clipped).
 const MAX_ERROR_BYTES: usize = 300;
 
-/// What happens to an event whose type or version has no contract.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ContractMode {
-    /// Accepted and counted in `outbox_contract_unregistered_total` (the default while teams
-    /// adopt contracts).
-    #[default]
-    Permissive,
-    /// Rejected: every published type and version must be registered.
-    Strict,
-}
-
-impl FromStr for ContractMode {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text.trim() {
-            "permissive" => Ok(Self::Permissive),
-            "strict" => Ok(Self::Strict),
-            other => Err(format!(
-                "unknown contracts mode {other:?}: use \"permissive\" or \"strict\""
-            )),
-        }
-    }
-}
-
-impl fmt::Display for ContractMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Permissive => "permissive",
-            Self::Strict => "strict",
-        })
-    }
-}
+/// What happens to an event whose type or version has no contract (a setting, defined in
+/// [`crate::config`]).
+pub use crate::config::ContractMode;
 
 /// Why the contracts folder was not loaded. Nothing of it is used then.
 #[derive(Debug, thiserror::Error)]
@@ -520,11 +488,8 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
 
 fn clip(mut text: String) -> String {
     if text.len() > MAX_ERROR_BYTES {
-        let mut end = MAX_ERROR_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        let kept = crate::naming::clip(&text, MAX_ERROR_BYTES).len();
+        text.truncate(kept);
         text.push('…');
     }
     text

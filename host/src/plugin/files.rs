@@ -1,52 +1,21 @@
-//! Plugin files: where the plugin directory is, where a `[plugins.NAME] file` may point, and
-//! how a plugin file is read.
+//! Plugin files: how a plugin file is read.
 //!
-//! Owns three rules. The plugin directory ([`plugin_dir_for`]): `OUTBOX_PLUGIN_DIR` when set (a
-//! relative value is taken from the working directory, like any path given on a command line),
-//! otherwise `[settings] plugin_dir` or the default `plugins/dist`, a relative one taken from the
-//! routes file's directory, as `contracts/` is (so a host started from another folder finds the
-//! same plugins). A `file` key ([`check_file_key`]) is a relative path of plain names (no
-//! leading `/`, no `..`, no `.`), checked when the routes file is parsed. And a plugin file is
-//! read ([`read_plugin_file`]) only when, symlinks resolved, it is still inside the plugin
+//! Where the plugin directory is comes from the config ([`crate::config::plugin_dir_for`]), and
+//! where a `[plugins.NAME] file` may point is a naming rule checked when the routes file is
+//! parsed ([`crate::naming::check_file_key`]). This module owns the rule of reading: a plugin
+//! file is read ([`read_plugin_file`]) only when, symlinks resolved, it is still inside the plugin
 //! directory, is a regular file (a FIFO or a device such as `/dev/zero` is refused before it is
 //! opened) and holds at most [`MAX_PLUGIN_FILE_BYTES`], counted while it is read too.
 //!
 //! It never compiles, loads or watches a plugin.
 
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
 use super::PluginError;
 
 /// The largest plugin file read, in bytes (64 MiB; the built plugins are a few hundred KiB).
 pub const MAX_PLUGIN_FILE_BYTES: u64 = 64 * 1024 * 1024;
-
-/// The rule a `file` key breaks, if any: it must name a file under the plugin directory by a
-/// relative path of plain names.
-pub fn check_file_key(file: &str) -> Result<(), String> {
-    let plain = !file.is_empty()
-        && Path::new(file)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-    if plain {
-        Ok(())
-    } else {
-        Err("a plugin file must be a relative path inside the plugin directory, of plain names (no leading '/', no '..', no '.')".into())
-    }
-}
-
-/// The plugin directory the host reads: `setting` as resolved, taken from the directory of
-/// `routes_path` when it is relative and did not come from `OUTBOX_PLUGIN_DIR` (`from_env`);
-/// unchanged otherwise (absolute, from the environment, or no routes file).
-pub fn plugin_dir_for(setting: &Path, from_env: bool, routes_path: Option<&Path>) -> PathBuf {
-    if from_env || setting.is_absolute() {
-        return setting.to_path_buf();
-    }
-    match routes_path.and_then(Path::parent) {
-        Some(dir) => dir.join(setting),
-        None => setting.to_path_buf(),
-    }
-}
 
 /// The plugin directory as the logs show it: canonical when it exists.
 pub fn shown_dir(dir: &Path) -> String {
@@ -145,47 +114,4 @@ fn too_large(plugin: &str, path: &Path, len: u64) -> PluginError {
         path,
         format!("{len} bytes or more, larger than the {MAX_PLUGIN_FILE_BYTES} bytes a plugin file may have"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_keys_are_plain_relative_paths() {
-        for ok in ["a.wasm", "team/a.wasm", "a..b.wasm"] {
-            assert_eq!(check_file_key(ok), Ok(()), "{ok}");
-        }
-        for bad in [
-            "",
-            "/a.wasm",
-            "../a.wasm",
-            "team/../../a.wasm",
-            "./a.wasm",
-            "/",
-        ] {
-            assert!(check_file_key(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_relative_plugin_dir_is_beside_the_routes_file_unless_it_came_from_the_environment() {
-        let routes = Path::new("/etc/outbox/routes.toml");
-        let default = Path::new("plugins/dist");
-        assert_eq!(
-            plugin_dir_for(default, false, Some(routes)),
-            Path::new("/etc/outbox/plugins/dist")
-        );
-        assert_eq!(plugin_dir_for(default, true, Some(routes)), default);
-        assert_eq!(plugin_dir_for(default, false, None), default);
-        assert_eq!(
-            plugin_dir_for(default, false, Some(Path::new("routes.toml"))),
-            default,
-            "a routes file in the working directory: the same directory as before"
-        );
-        assert_eq!(
-            plugin_dir_for(Path::new("/opt/wasm"), false, Some(routes)),
-            Path::new("/opt/wasm")
-        );
-    }
 }

@@ -1,8 +1,9 @@
 //! Limits of one plugin call, and bounds on what a guest hands back: the per-plugin limits
 //! (`fuel`, `memory_mb`, `timeout_ms`, `max_concurrency`), the per-call caps and the pool sizes
 //! they are checked against, the call slots of a plugin, the resource limiter of a call's store,
-//! the per-call log budget, and the two ways guest text is made fit to keep (a log message, a
-//! reason). The engine (`engine.rs`) applies them; nothing here runs WebAssembly.
+//! the per-call log budget, and how a guest's log message is made fit to keep (a reason is
+//! bounded by [`crate::naming::bounded_reason`]). The engine (`engine.rs`) applies them; nothing
+//! here runs WebAssembly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +61,9 @@ pub const MAX_MEMORY_MB: u64 = 512;
 pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
 
 /// Largest `max_concurrency` a plugin may ask for: with the per-call caps below, one plugin
-/// then holds at most half of the pooling allocator's instances, memories and tables.
-pub const MAX_CONCURRENCY: usize = 32;
+/// then holds at most half of the pooling allocator's instances, memories and tables (the
+/// bound `routes.toml` is checked against, [`crate::naming::MAX_PLUGIN_CONCURRENCY`]).
+pub const MAX_CONCURRENCY: usize = crate::naming::MAX_PLUGIN_CONCURRENCY;
 
 /// Core instances one call may create (a component built with the SDK makes a handful).
 pub const MAX_INSTANCES_PER_CALL: usize = 16;
@@ -266,32 +268,6 @@ pub fn sanitize_log_message(message: &str) -> String {
     out
 }
 
-/// Longest reason the host keeps from a plugin answer (a no-route, retry, fail or deny reason),
-/// bytes. Longer ones are cut and marked.
-pub const MAX_REASON_BYTES: usize = 1024;
-
-/// A reason a plugin handed back, as the host may keep it (in `last_error`, a Redis entry, a
-/// log line, the policy cache): at most [`MAX_REASON_BYTES`] bytes, cut at a character boundary
-/// and marked `…` when cut, with every control character (newlines included) replaced by a
-/// space so the text stays on one line and cannot forge a host log line.
-pub fn bounded_reason(reason: &str) -> String {
-    const CUT_MARK: &str = "…";
-    let cut = reason.len() > MAX_REASON_BYTES;
-    let kept = if cut {
-        crate::capability::clip(reason, MAX_REASON_BYTES - CUT_MARK.len())
-    } else {
-        reason
-    };
-    let mut bounded: String = kept
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if cut {
-        bounded.push_str(CUT_MARK);
-    }
-    bounded
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,21 +316,5 @@ mod tests {
         assert!(long.ends_with(" [clipped]"), "{}", &long[long.len() - 20..]);
         let escapes = sanitize_log_message(&"\n".repeat(10_000));
         assert!(escapes.len() <= MAX_LOG_MESSAGE_BYTES + " [clipped]".len());
-    }
-
-    #[test]
-    fn a_plugin_reason_is_clipped_and_kept_on_one_line() {
-        assert_eq!(bounded_reason("fine"), "fine");
-        assert_eq!(
-            bounded_reason("bad\n2026-11-30T00:00:00Z INFO outbox::audit: forged\r\t\u{1b}[31m"),
-            "bad 2026-11-30T00:00:00Z INFO outbox::audit: forged   [31m"
-        );
-        let long = "é".repeat(10 * MAX_REASON_BYTES);
-        let clipped = bounded_reason(&long);
-        assert!(clipped.len() <= MAX_REASON_BYTES, "{}", clipped.len());
-        assert!(clipped.ends_with('…'));
-        assert!(clipped.starts_with("éé"));
-        let exact = "a".repeat(MAX_REASON_BYTES);
-        assert_eq!(bounded_reason(&exact), exact);
     }
 }

@@ -3,7 +3,9 @@
 //! Owns the one wasmtime [`PluginEngine`] (component model, pooling allocator, fuel and epoch
 //! deadlines), the [`PluginRegistry`] of compiled plugins and their hot reload, the one way to
 //! call a plugin ([`LoadedPlugin::call_router`], [`LoadedPlugin::call_handler`],
-//! [`LoadedPlugin::call_policy`]), and the [`PluginRouter`] that routes through a router plugin.
+//! [`LoadedPlugin::call_policy`]) and the WIT record of an event ([`wit_event`]). Routing through
+//! a router plugin lives with routing ([`crate::routing::PluginRouter`]); the file watcher with
+//! the live configuration ([`crate::live_config`]).
 //! The host services a handler may call live in [`crate::capability`]. A plugin call never
 //! holds an executor thread for more than one epoch tick at a time, never outlives its limits
 //! (its time limit covers sleeping and host calls as well as computing), and a plugin that
@@ -21,15 +23,14 @@ pub mod legacy;
 pub mod limits;
 pub mod loaded;
 pub mod registry;
-pub mod reload;
-pub mod router;
+pub mod wit_event;
 
+pub use crate::naming::{bounded_reason, MAX_REASON_BYTES};
 pub use engine::{block_on, PluginEngine, World};
 pub use files::MAX_PLUGIN_FILE_BYTES;
-pub use limits::{bounded_reason, CallSlots, PluginLimits, MAX_REASON_BYTES};
+pub use limits::{CallSlots, PluginLimits};
 pub use loaded::{CompiledPlugin, LoadedPlugin};
 pub use registry::{PluginInfo, PluginRegistry, StagedPlugins};
-pub use router::PluginRouter;
 
 /// The WIT package version the host implements (`outbox:plugin@0.2.0`); plugins built against
 /// the previous one ([`legacy::PREVIOUS_WIT_VERSION`]) are loaded too.

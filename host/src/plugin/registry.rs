@@ -23,15 +23,12 @@ use sha2::{Digest, Sha256};
 
 use super::engine::{CallSlots, PluginEngine, PluginLimits, World};
 use super::PluginError;
-use crate::capability::policy::DENY_ALL;
 use crate::config::{PluginSpec, RoutesFile};
+use crate::naming::{DENY_ALL, NATIVE_ROUTER};
 
 // A compiled plugin and a plugin as it serves live in `super::loaded`; named here too, where
 // operator tools import them from.
 pub use super::loaded::{CompiledPlugin, LoadedPlugin};
-
-/// `[router] plugin` value for the built-in table (no plugin).
-const NATIVE_ROUTER: &str = "native";
 
 /// What `outbox plugins list` prints for one plugin.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

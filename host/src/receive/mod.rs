@@ -69,7 +69,7 @@ use outcomes::Outcomes;
 use receipts::ReceiptWriters;
 
 /// The built-in handler that calls a subscribed plugin's hook (`plugin.invoke.*` jobs).
-pub const BUILTIN_PLUGIN_INVOKE: &str = "builtin:plugin-invoke";
+pub use crate::naming::BUILTIN_PLUGIN_INVOKE;
 
 /// A receiver failure with context.
 #[derive(Debug, thiserror::Error)]

@@ -19,10 +19,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 use super::{RouteDecision, RouteTable};
-use crate::capability::DENY_ALL;
 use crate::config::RoutesFile;
-use crate::publish::validate_event_type;
-use crate::receive::BUILTIN_PLUGIN_INVOKE;
+use crate::naming::{validate_event_type, BUILTIN_PLUGIN_INVOKE, DENY_ALL, NATIVE_ROUTER};
 
 /// The router plugin that applies `[routes]` exactly as the native table does.
 const TABLE_ROUTER_PLUGIN: &str = "prefix-router";
@@ -263,7 +261,7 @@ fn shortest_cycle(
 fn unanalysed(routes: &RoutesFile) -> Vec<String> {
     let mut out = Vec::new();
     let router = routes.router.plugin.as_str();
-    let table_router = router == "native"
+    let table_router = router == NATIVE_ROUTER
         || (router == TABLE_ROUTER_PLUGIN
             && routes.plugins.get(router).is_none_or(|spec| {
                 spec.file

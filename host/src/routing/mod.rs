@@ -3,7 +3,7 @@
 //! Owns the [`Router`] seam the dispatcher calls with a batch of claimed events, the one way to
 //! build a router from `routes.toml` ([`build_router`]), the native [`RouteTable`] and the
 //! [`TypePattern`]/[`PrefixMatcher`] that every prefix rule (table and `[router.overrides]`)
-//! matches with. The WebAssembly router plugin implements the same trait. A router never touches
+//! matches with. The WebAssembly router plugin implements the same trait ([`PluginRouter`]). A router never touches
 //! the database or Redis: it only maps events to queue names, so it can be swapped (hot reload)
 //! between two batches.
 
@@ -11,17 +11,20 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::config::RoutesFile;
-use crate::plugin::{PluginRegistry, PluginRouter};
+use crate::naming::NATIVE_ROUTER;
+use crate::plugin::PluginRegistry;
 use crate::store::ClaimedEvent;
 
 mod explain;
 mod feedback;
 mod pattern;
+mod plugin_router;
 mod table;
 
 pub use explain::{explain_route, QueueConsumer, RouteExplanation};
 pub use feedback::{feedback_loops, FeedbackLoop, FeedbackReport, FeedbackStep};
 pub use pattern::{PrefixMatcher, Specificity, TypePattern};
+pub use plugin_router::PluginRouter;
 pub use table::{no_route_message, RouteRule, RouteTable};
 
 /// The router `routes` asks for: the native table, or router plugins from the registry (the
@@ -29,10 +32,10 @@ pub use table::{no_route_message, RouteRule, RouteTable};
 /// loaded, routes with the native table and says so. `outbox run`, `outbox drain`, `outbox routes
 /// which` and the demo all build their router here.
 pub fn build_router(registry: &Arc<PluginRegistry>, routes: &RoutesFile) -> Box<dyn Router> {
-    if routes.router.plugin == "native" && routes.router.overrides.is_empty() {
+    if routes.router.plugin == NATIVE_ROUTER && routes.router.overrides.is_empty() {
         return Box::new(routes.route_table());
     }
-    if routes.router.plugin != "native" && registry.get(&routes.router.plugin).is_none() {
+    if routes.router.plugin != NATIVE_ROUTER && registry.get(&routes.router.plugin).is_none() {
         tracing::error!(
             plugin = %routes.router.plugin,
             dir = %registry.dir().display(),
@@ -82,16 +85,14 @@ pub enum RouteDecision {
     Error(String),
 }
 
-/// Most queues one event may be routed to (fan-out). A router answer naming more fails that
-/// event (retried like any router failure).
-pub const MAX_QUEUES_PER_EVENT: usize = 32;
+pub use crate::naming::MAX_QUEUES_PER_EVENT;
 
 impl RouteDecision {
     /// This decision as the dispatcher may act on it, whatever router made it: a queue list
     /// must be non-empty, hold at most [`MAX_QUEUES_PER_EVENT`] valid queue names
-    /// ([`crate::config::validate_queue_name`]), none twice; anything else becomes an
+    /// ([`crate::naming::validate_queue_name`]), none twice; anything else becomes an
     /// [`RouteDecision::Error`] naming `router` (retried, and the router is at fault, not the
-    /// event). Reasons are bounded ([`crate::plugin::bounded_reason`]) before anyone keeps them.
+    /// event). Reasons are bounded ([`crate::naming::bounded_reason`]) before anyone keeps them.
     pub fn checked(self, router: &str) -> RouteDecision {
         match self {
             RouteDecision::Queues(queues) => match queue_list_problem(&queues) {
@@ -99,10 +100,10 @@ impl RouteDecision {
                 None => RouteDecision::Queues(queues),
             },
             RouteDecision::NoRoute(reason) => {
-                RouteDecision::NoRoute(crate::plugin::bounded_reason(&reason))
+                RouteDecision::NoRoute(crate::naming::bounded_reason(&reason))
             }
             RouteDecision::Error(reason) => {
-                RouteDecision::Error(crate::plugin::bounded_reason(&reason))
+                RouteDecision::Error(crate::naming::bounded_reason(&reason))
             }
         }
     }
@@ -120,8 +121,8 @@ fn queue_list_problem(queues: &[String]) -> Option<String> {
         ));
     }
     for (i, queue) in queues.iter().enumerate() {
-        if let Err(rule) = crate::config::validate_queue_name(queue) {
-            let shown = crate::plugin::bounded_reason(queue);
+        if let Err(rule) = crate::naming::validate_queue_name(queue) {
+            let shown = crate::naming::bounded_reason(queue);
             let shown: String = shown.chars().take(80).collect();
             return Some(format!("returned an invalid queue name {shown:?}: {rule}"));
         }

@@ -1,13 +1,15 @@
 //! The native routing table: `[routes]` of `routes.toml` applied inside the host.
 //!
 //! Owns [`RouteRule`], [`RouteTable`] (longest matching prefix wins, through the shared
-//! [`PrefixMatcher`]) and the standard "no route" message. It never runs WebAssembly and never
+//! [`PrefixMatcher`]), building the table of a routes file ([`RoutesFile::route_table`]) and the
+//! standard "no route" message. It never runs WebAssembly and never
 //! touches the database or Redis.
 
 use std::fmt;
 
 use super::pattern::{PrefixMatcher, TypePattern};
 use super::{RouteDecider, RouteDecision, Router, RouterError};
+use crate::config::RoutesFile;
 use crate::store::ClaimedEvent;
 
 /// One rule of the routing table: a type prefix and the queues it sends to.
@@ -54,6 +56,21 @@ impl RouteTable {
             Some(rule) => RouteDecision::Queues(rule.queues.clone()),
             None => RouteDecision::NoRoute(no_route_message(event_type)),
         }
+    }
+}
+
+impl RoutesFile {
+    /// The routing table of `[routes]`.
+    pub fn route_table(&self) -> RouteTable {
+        RouteTable::new(
+            self.routes
+                .iter()
+                .map(|(prefix, queues)| RouteRule {
+                    prefix: prefix.clone(),
+                    queues: queues.to_vec(),
+                })
+                .collect(),
+        )
     }
 }
 

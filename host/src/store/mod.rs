@@ -107,19 +107,8 @@ pub async fn record_max_payload_bytes(
     Ok(())
 }
 
-/// A URL without its password, for logs.
-pub fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((creds, host)) => {
-                let user = creds.split(':').next().unwrap_or("");
-                format!("{scheme}://{user}@{host}")
-            }
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
+/// A connection URL with its password removed (defined with the settings it shows).
+pub use crate::config::redact;
 
 /// One event claimed by a dispatcher, with everything routing and the sink need.
 #[derive(Debug, Clone, PartialEq, Eq)]

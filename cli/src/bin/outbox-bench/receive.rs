@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use outbox_host::config::Settings;
 use outbox_host::live_config::LiveConfig;
 use outbox_host::plugin::bindings::{Delivery, Outcome};
-use outbox_host::plugin::router::to_wit_event;
+use outbox_host::plugin::wit_event::to_wit_event;
 use outbox_host::queue::{QueueEntry, QueueKeys, CONSUMER_GROUP};
 use outbox_host::receive::{write_receipts, HandledAs, Receipt, Receivers, Settled, RECEIPT_BATCH};
 use redis::AsyncCommands;

@@ -498,7 +498,7 @@ pub fn call_plugin_file(
             // Payload and headers only when the spec asks for them, as the dispatcher does.
             let wit: Vec<_> = events
                 .iter()
-                .map(|e| outbox_host::plugin::router::to_router_event(e, router_payload))
+                .map(|e| outbox_host::plugin::wit_event::to_router_event(e, router_payload))
                 .collect();
             let started = Instant::now();
             let answer = plugin.call_router(&wit);
@@ -542,7 +542,7 @@ pub fn call_plugin_file(
             anyhow::ensure!(input.attempt >= 1, "--attempt starts at 1");
             let event = events.remove(0);
             let delivery = Delivery {
-                event: outbox_host::plugin::router::to_wit_event(&event),
+                event: outbox_host::plugin::wit_event::to_wit_event(&event),
                 queue: input.queue.clone(),
                 attempt: input.attempt,
             };

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 /// How long a burst of file events settles before a reload.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
 
-use crate::live_config::LiveConfig;
+use super::LiveConfig;
 
 impl LiveConfig {
     /// Watch the plugin directory, `routes.toml` and the contracts folder until shutdown.

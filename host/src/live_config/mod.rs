@@ -29,8 +29,9 @@
 //! - **Every reload is remembered** (the last [`RELOAD_HISTORY_MAX`], accepted or not, with the
 //!   reason of a rejection) for the console's plugin page ([`LiveConfig::reload_history`]).
 //!
-//! It never watches files (that is [`crate::plugin::reload`]) and never routes or handles events
-//! itself.
+//! It also owns the checks of a [`Config`] that need the plugins, receivers and Redis it is
+//! assembled with (`checks.rs`: [`Config::check`]), and the file watcher that hands changes to
+//! a reload (`watch.rs`: [`LiveConfig::watch`]). It never routes or handles events itself.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,12 @@ use crate::contracts::Contracts;
 use crate::plugin::{compile_cache, files};
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
 use crate::routing::{build_router, RouterHandle};
+
+mod checks;
+mod watch;
+
+pub use checks::RECEIVER_LEASE_MARGIN;
+pub use watch::DEBOUNCE;
 
 /// What a reload pass did, for logs and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]

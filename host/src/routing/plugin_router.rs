@@ -1,20 +1,21 @@
 //! Routing through router plugins: the [`Router`] seam implemented in WebAssembly.
 //!
-//! Owns turning claimed events into the WIT `event` record (payload and headers only for a router
-//! whose spec sets `router_payload`), splitting a batch between the default
-//! router plugin and `[router.overrides]` (longest prefix), and mapping answers back to
+//! Owns splitting a batch between the default router plugin and `[router.overrides]` (longest
+//! prefix), handing each plugin its events as WIT records (payload and headers only for a
+//! router whose spec sets `router_payload`: [`to_router_event`]), and mapping answers back to
 //! [`RouteDecision`]s. It looks each plugin up once per batch, so a hot reload takes effect at the
 //! next batch and never inside one. It never touches PostgreSQL or Redis.
 
 use std::sync::Arc;
 
-use super::bindings::router_world::exports::outbox::plugin::router_api::RouteDecision as WitDecision;
-use super::bindings::WitEvent;
-use super::{PluginError, PluginRegistry};
-use crate::config::RoutesFile;
-use crate::routing::{
+use super::{
     PrefixMatcher, RouteDecider, RouteDecision, RouteTable, Router, RouterError, TypePattern,
 };
+use crate::config::RoutesFile;
+use crate::naming::NATIVE_ROUTER;
+use crate::plugin::bindings::{WitEvent, WitRouteDecision as WitDecision};
+use crate::plugin::wit_event::to_router_event;
+use crate::plugin::{PluginError, PluginRegistry};
 use crate::store::ClaimedEvent;
 
 /// Routes with router plugins from the registry, as `[router]` in `routes.toml` says.
@@ -57,7 +58,7 @@ impl PluginRouter {
         plugin_name: &str,
         events: &[&ClaimedEvent],
     ) -> Result<Vec<RouteDecision>, PluginError> {
-        if plugin_name == "native" {
+        if plugin_name == NATIVE_ROUTER {
             return Ok(events
                 .iter()
                 .map(|e| self.native.route(&e.event_type))
@@ -85,35 +86,6 @@ impl PluginRouter {
     }
 }
 
-/// The WIT record of a claimed event, whole (handlers, offline calls).
-pub fn to_wit_event(e: &ClaimedEvent) -> WitEvent {
-    to_router_event(e, true)
-}
-
-/// The WIT record a router plugin receives: every field, but `payload` and `headers` only when
-/// `payload` is true (the plugin's `router_payload`), else empty strings. A stored payload or
-/// header set is never empty (both are JSON objects), so an empty string always means withheld.
-/// Most routers route by type: withholding what they never read saves copying it into the
-/// guest for every event of every batch.
-pub fn to_router_event(e: &ClaimedEvent, payload: bool) -> WitEvent {
-    let (payload, headers) = match payload {
-        true => (e.payload.clone(), e.headers.clone()),
-        false => (String::new(), String::new()),
-    };
-    WitEvent {
-        id: e.id,
-        event_type: e.event_type.clone(),
-        event_version: e.event_version,
-        tenant_id: e.tenant_id.clone(),
-        payload,
-        headers,
-        dispatch_key: e.dispatch_key.clone(),
-        created_at: e
-            .created_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-    }
-}
-
 impl Router for PluginRouter {
     fn name(&self) -> &str {
         &self.default_plugin
@@ -121,7 +93,7 @@ impl Router for PluginRouter {
 
     fn decider(&self, event_type: &str) -> RouteDecider {
         match self.plugin_for(event_type) {
-            "native" => self.native.decider(event_type),
+            NATIVE_ROUTER => self.native.decider(event_type),
             plugin => RouteDecider::Router(plugin.to_string()),
         }
     }
