@@ -204,7 +204,8 @@ impl Receivers {
         consumer: impl Into<String>,
     ) -> Result<Self, ReceiveError> {
         let redis = ctx(
-            RedisTarget::for_settings(&settings).map_err(redis::RedisError::from),
+            RedisTarget::with_key_prefix(&settings.redis_url, &settings.redis_prefix)
+                .map_err(redis::RedisError::from),
             || "REDIS_URL".into(),
         )?;
         let conn = ctx(redis.shared().await, || {
@@ -222,17 +223,17 @@ impl Receivers {
             policy,
             pool.clone(),
             conn.clone(),
-            QueueKeys::from_settings(&settings),
+            QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url),
             http,
             settings.max_payload_bytes,
             crate::capability::publish::generation_limit(settings.max_event_generation),
         ));
-        let keys = QueueKeys::from_settings(&settings);
+        let keys = QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url);
         let consumer = consumer.into();
         let pauses = controls::QueuePauses::spawn(
             pool.clone(),
             conn.clone(),
-            QueueKeys::from_settings(&settings),
+            QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url),
             live.clone(),
         );
         let receipts = Arc::new(ReceiptWriters::new(

@@ -23,10 +23,11 @@ use crate::redis_conn::RedisConn;
 use redis::AsyncCommands;
 use tokio::sync::oneshot;
 
-use super::receipts::{HandlerRun, ReceiptUpdate, RECEIPT_FIELD};
+use super::receipts::{HandlerRun, ReceiptUpdate};
 use super::{
     blips, ctx, ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, CONSUMER_GROUP,
 };
+use crate::queue::receipt::RECEIPT_FIELD;
 use crate::queue::{claim_owner, marker_is_done, marker_running, MARKER_DONE_OK};
 use crate::queue_pause::PAUSE_START_FENCE;
 use crate::reconnect::retry_blips;

@@ -29,6 +29,7 @@ use sqlx::PgPool;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::fault;
+use crate::queue::receipt::RECEIPT_FIELD;
 use crate::queue::{KeyLayout, QueueKeys, CONSUMER_GROUP};
 use crate::reconnect::{retry_blips, Backoff};
 use crate::redis_conn::RedisTarget;
@@ -102,9 +103,6 @@ pub(super) enum ReceiptUpdate {
         handler: String,
     },
 }
-
-/// The field of a receipts stream entry that holds the update as JSON.
-pub(super) const RECEIPT_FIELD: &str = "receipt";
 
 /// A receipts stream entry as JSON: short field names, as a queue entry's are kept short.
 #[derive(Debug, Serialize, Deserialize)]
