@@ -390,7 +390,11 @@ impl TestEnv {
     pub async fn cleanup(&self) {
         let mut conn = self.redis.clone();
         let mut keys: Vec<String> = Vec::new();
-        for pattern in outbox_host::queue::QueueKeys::from_settings(&self.settings).match_patterns()
+        for pattern in outbox_host::queue::QueueKeys::for_redis_url(
+            &self.settings.redis_prefix,
+            &self.settings.redis_url,
+        )
+        .match_patterns()
         {
             let matched: Vec<String> = conn.keys(pattern).await.unwrap_or_default();
             keys.extend(matched);

@@ -299,7 +299,7 @@ fn export(seen: &Observation, book: &AlertBook) {
 
 /// Set each queue's gauges: length (BullMQ: jobs waiting), and for a stream its memory, its
 /// unacknowledged entries, consumer lag and the age of its oldest unfinished entry.
-fn export_queues(backlogs: &[crate::sink::QueueBacklog]) {
+fn export_queues(backlogs: &[crate::queue::QueueBacklog]) {
     for b in backlogs {
         let queue = b.queue.clone();
         metrics::gauge!("outbox_queue_length", "queue" => queue.clone(), "sink" => b.sink.as_str())
@@ -394,7 +394,7 @@ pub async fn alerts_loop(
                 .collect();
         }
     };
-    let keys = QueueKeys::from_settings(&settings);
+    let keys = QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url);
     let limits = AlertLimits {
         pending_count: settings.pending_alert_count,
         pending_for: settings.pending_alert_for,
@@ -411,10 +411,13 @@ pub async fn alerts_loop(
                     .unwrap_or_default();
                 let conn = match redis.as_mut() {
                     Some(c) => Some(c),
-                    None => crate::redis_conn::connect_shared(&settings)
-                        .await
-                        .ok()
-                        .map(|c| redis.insert(c)),
+                    None => crate::redis_conn::connect_shared(
+                        &settings.redis_url,
+                        &settings.redis_prefix,
+                    )
+                    .await
+                    .ok()
+                    .map(|c| redis.insert(c)),
                 };
                 if let Some(conn) = conn {
                     match observe(&pool, conn, &keys, &queues, settings.receiver_lease).await {
@@ -428,7 +431,7 @@ pub async fn alerts_loop(
                     }
                     if let Some(live) = &live {
                         let routes = live.routes.load_full();
-                        match crate::sink::queue_backlogs_with_consumers(
+                        match crate::queue::queue_backlogs_with_consumers(
                             conn,
                             &keys,
                             &routes,

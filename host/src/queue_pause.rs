@@ -64,12 +64,12 @@ impl QueuePauseControl {
             context: "connect to Redis (REDIS_URL) to set the queue's pause key".into(),
             source,
         };
-        let target = RedisTarget::for_settings(settings)
+        let target = RedisTarget::with_key_prefix(&settings.redis_url, &settings.redis_prefix)
             .map_err(|e| redis_error(redis::RedisError::from(e)))?;
         let conn = target.shared().await.map_err(redis_error)?;
         Ok(Self {
             conn,
-            keys: QueueKeys::from_settings(settings),
+            keys: QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url),
         })
     }
 

@@ -9,8 +9,9 @@
 //! cluster connection (which routes each command, script and single-slot pipeline to the
 //! slot's primary and follows `MOVED`/`ASK` itself). Timeouts are [`crate::reconnect`]'s on
 //! both. A `redis://` URL that points at a cluster node is refused when the shared connection
-//! is made: every command on another node's slot would fail with `MOVED`. It never builds a key
-//! (that is [`crate::queue`]) and never shows a password (see [`RedisTarget::redacted`]).
+//! is made: every command on another node's slot would fail with `MOVED`. It takes plain values
+//! (a URL, a key prefix), never the settings; it never builds a key (that is [`crate::queue`])
+//! and never shows a password (see [`RedisTarget::redacted`]).
 
 use std::time::Duration;
 
@@ -153,17 +154,17 @@ impl RedisTarget {
             .map_err(|e| refuse(e.to_string()))
     }
 
-    /// The Redis of `settings` (`REDIS_URL`), checked against its key prefix: on a cluster the
-    /// prefix must not hold `{` or `}` (it would become the hash tag of every key, putting all
-    /// queues in one slot or splitting a queue's keys).
-    pub fn for_settings(settings: &crate::config::Settings) -> Result<Self, RedisUrlError> {
-        let target = Self::parse(&settings.redis_url)?;
-        if target.is_cluster() && settings.redis_prefix.contains(['{', '}']) {
+    /// The Redis `redis_url` (`REDIS_URL`) names, [parsed](Self::parse) and checked against
+    /// the key prefix `redis_prefix` (`OUTBOX_REDIS_PREFIX`): on a cluster the prefix must not
+    /// hold `{` or `}` (it would become the hash tag of every key, putting all queues in one
+    /// slot or splitting a queue's keys).
+    pub fn with_key_prefix(redis_url: &str, redis_prefix: &str) -> Result<Self, RedisUrlError> {
+        let target = Self::parse(redis_url)?;
+        if target.is_cluster() && redis_prefix.contains(['{', '}']) {
             return Err(RedisUrlError {
-                url: redact_url(&settings.redis_url),
+                url: redact_url(redis_url),
                 message: format!(
-                    "OUTBOX_REDIS_PREFIX {:?} holds a '{{' or '}}': on a Redis Cluster the host puts its own hash tags in the keys; use a prefix without braces",
-                    settings.redis_prefix
+                    "OUTBOX_REDIS_PREFIX {redis_prefix:?} holds a '{{' or '}}': on a Redis Cluster the host puts its own hash tags in the keys; use a prefix without braces"
                 ),
             });
         }
@@ -235,10 +236,13 @@ impl RedisTarget {
     }
 }
 
-/// The shared connection to the Redis of `settings` ([`RedisTarget::for_settings`], then
-/// [`RedisTarget::shared`]): an unusable `REDIS_URL` is an `InvalidClientConfig` error.
-pub async fn connect_shared(settings: &crate::config::Settings) -> redis::RedisResult<RedisConn> {
-    RedisTarget::for_settings(settings)?.shared().await
+/// The shared connection to the Redis `redis_url` names, for keys under `redis_prefix`
+/// ([`RedisTarget::with_key_prefix`], then [`RedisTarget::shared`]): an unusable `REDIS_URL`
+/// is an `InvalidClientConfig` error.
+pub async fn connect_shared(redis_url: &str, redis_prefix: &str) -> redis::RedisResult<RedisConn> {
+    RedisTarget::with_key_prefix(redis_url, redis_prefix)?
+        .shared()
+        .await
 }
 
 /// Refuse a single-node connection whose server is a cluster node.
@@ -371,6 +375,15 @@ mod tests {
         assert!(err.message.contains("at least one node"), "{err}");
         assert!(RedisTarget::parse("rediss://example.com").is_err());
         assert!(RedisTarget::parse("not a url").is_err());
+    }
+
+    #[test]
+    fn a_cluster_refuses_a_key_prefix_with_braces() {
+        let err =
+            RedisTarget::with_key_prefix("redis+cluster://127.0.0.1:7001", "app{1}:").unwrap_err();
+        assert!(err.message.contains("OUTBOX_REDIS_PREFIX"), "{err}");
+        assert!(RedisTarget::with_key_prefix("redis+cluster://127.0.0.1:7001", "app1:").is_ok());
+        assert!(RedisTarget::with_key_prefix("redis://127.0.0.1:6379/", "app{1}:").is_ok());
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Tracer {
         router: RouterHandle,
     ) -> Result<Self, TraceError> {
         let dead = DeadLetters::connect(settings).await?;
-        let conn = crate::redis_conn::connect_shared(settings)
+        let conn = crate::redis_conn::connect_shared(&settings.redis_url, &settings.redis_prefix)
             .await
             .map_err(|source| ReceiveError {
                 context: "connect to Redis".into(),
@@ -110,7 +110,7 @@ impl Tracer {
         Ok(Self {
             pool,
             conn,
-            keys: QueueKeys::from_settings(settings),
+            keys: QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url),
             dead,
             router,
         })

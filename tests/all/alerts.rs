@@ -203,7 +203,7 @@ async fn queue_figures_show_unacked_entries_lag_dead_letters_and_the_oldest_entr
     pool: PgPool,
 ) {
     let env = TestEnv::new(pool).await;
-    let keys = QueueKeys::from_settings(&env.settings);
+    let keys = QueueKeys::for_redis_url(&env.settings.redis_prefix, &env.settings.redis_url);
     let mut conn = env.redis.clone();
     let stream = keys.stream(QUEUE);
     // Three entries added a minute ago; the receivers' group took one and did not acknowledge it.
@@ -251,7 +251,7 @@ async fn queue_figures_show_unacked_entries_lag_dead_letters_and_the_oldest_entr
         std::path::Path::new("routes.toml"),
     )
     .unwrap();
-    let backlogs = outbox_host::sink::queue_backlogs_with_consumers(
+    let backlogs = outbox_host::queue::queue_backlogs_with_consumers(
         &mut conn,
         &keys,
         &routes,
@@ -296,7 +296,7 @@ async fn queue_figures_show_unacked_entries_lag_dead_letters_and_the_oldest_entr
             .await
             .unwrap();
     }
-    let backlogs = outbox_host::sink::queue_backlogs_with_consumers(
+    let backlogs = outbox_host::queue::queue_backlogs_with_consumers(
         &mut conn,
         &keys,
         &routes,

@@ -38,4 +38,5 @@ mod redis_cluster;
 mod reload;
 mod repair;
 mod retention;
+mod sink_conformance;
 mod trace_context;

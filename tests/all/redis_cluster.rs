@@ -50,7 +50,7 @@ grants = { kv = true }
 const QUEUES: [&str; 3] = ["outbox.cl-a", "outbox.cl-b", "outbox.cl-c"];
 
 fn keys(env: &TestEnv) -> QueueKeys {
-    QueueKeys::from_settings(&env.settings)
+    QueueKeys::for_redis_url(&env.settings.redis_prefix, &env.settings.redis_url)
 }
 
 /// Receipts by result.

@@ -64,8 +64,10 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let pool = store::connect(&settings.database_url, 8).await?;
     store::migrate(&pool).await?;
     store::empty_outbox(&pool).await?;
-    let keys = QueueKeys::from_settings(settings);
-    let mut conn = outbox_host::redis_conn::connect_shared(settings).await?;
+    let keys = QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url);
+    let mut conn =
+        outbox_host::redis_conn::connect_shared(&settings.redis_url, &settings.redis_prefix)
+            .await?;
     let mut old: Vec<String> = Vec::new();
     for pattern in keys.match_patterns() {
         let matched: Vec<String> = conn.keys(pattern).await?;

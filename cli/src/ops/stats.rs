@@ -5,10 +5,10 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use sqlx::PgPool;
 
 use outbox_host::config::{Config, ShownSetting};
-use outbox_host::queue::QueueKeys;
-use outbox_host::sink::{
-    queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, StreamConsumers,
+use outbox_host::queue::{
+    queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, QueueKeys, StreamConsumers,
 };
+pub use outbox_host::routing::explain_route;
 use outbox_host::store;
 
 /// `outbox stats [--json]`: the status counts (and per-type failures, ordering keys blocked by a
@@ -268,8 +268,13 @@ async fn read_queue_backlogs(config: &Config) -> anyhow::Result<Vec<QueueBacklog
         return Ok(Vec::new());
     }
     let read = async {
-        let mut conn = outbox_host::redis_conn::connect_shared(&config.settings).await?;
-        let keys = QueueKeys::from_settings(&config.settings);
+        let mut conn = outbox_host::redis_conn::connect_shared(
+            &config.settings.redis_url,
+            &config.settings.redis_prefix,
+        )
+        .await?;
+        let keys =
+            QueueKeys::for_redis_url(&config.settings.redis_prefix, &config.settings.redis_url);
         queue_backlogs_with_consumers(&mut conn, &keys, &config.routes, &queues).await
     };
     let redis = store::redact(&config.settings.redis_url);

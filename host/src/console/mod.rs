@@ -170,9 +170,12 @@ impl Console {
     /// A Redis connection (made at first use; the reason when Redis is down).
     async fn redis(&self) -> Result<RedisConn, String> {
         let connect = async {
-            crate::redis_conn::connect_shared(&self.inner.settings)
-                .await
-                .map_err(|e| format!("Redis: {e}"))
+            crate::redis_conn::connect_shared(
+                &self.inner.settings.redis_url,
+                &self.inner.settings.redis_prefix,
+            )
+            .await
+            .map_err(|e| format!("Redis: {e}"))
         };
         within_limit(self.inner.redis.get_or_try_init(|| connect))
             .await

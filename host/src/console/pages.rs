@@ -14,9 +14,9 @@ use maud::{html, Markup};
 use super::layout::{self, ago, status_badge, time};
 use super::{within_limit, Console, ConsoleError, Params, Viewer, REDIS_READ_LIMIT};
 use crate::config::SinkKind;
+use crate::queue::QueueBacklog;
 use crate::queue::QueueKeys;
 use crate::routing::explain_route;
-use crate::sink::QueueBacklog;
 use crate::store::{self, EventSearch, EVENT_STATUSES};
 use crate::trace::EventTrace;
 
@@ -137,8 +137,11 @@ async fn queue_rows(console: &Console) -> Vec<QueueRow> {
     let paused = within_limit(store::paused_queues(console.pool())).await;
     let backlogs = match console.redis().await {
         Ok(mut conn) => {
-            let keys = QueueKeys::from_settings(&console.inner.settings);
-            within_limit(crate::sink::queue_backlogs_with_consumers(
+            let keys = QueueKeys::for_redis_url(
+                &console.inner.settings.redis_prefix,
+                &console.inner.settings.redis_url,
+            );
+            within_limit(crate::queue::queue_backlogs_with_consumers(
                 &mut conn, &keys, &routes, &names,
             ))
             .await

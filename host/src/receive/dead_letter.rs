@@ -42,12 +42,13 @@ pub struct DeadLetters {
 impl DeadLetters {
     /// Connect.
     pub async fn connect(settings: &Settings) -> Result<Self, ReceiveError> {
-        let conn = ctx(crate::redis_conn::connect_shared(settings).await, || {
-            "connect to Redis".into()
-        })?;
+        let conn = ctx(
+            crate::redis_conn::connect_shared(&settings.redis_url, &settings.redis_prefix).await,
+            || "connect to Redis".into(),
+        )?;
         Ok(Self {
             conn,
-            keys: QueueKeys::from_settings(settings),
+            keys: QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url),
         })
     }
 

@@ -231,7 +231,8 @@ impl Receivers {
         consumer: impl Into<String>,
     ) -> Result<Self, ReceiveError> {
         let redis = ctx(
-            RedisTarget::for_settings(&settings).map_err(redis::RedisError::from),
+            RedisTarget::with_key_prefix(&settings.redis_url, &settings.redis_prefix)
+                .map_err(redis::RedisError::from),
             || "REDIS_URL".into(),
         )?;
         let conn = ctx(redis.shared().await, || {
@@ -245,7 +246,7 @@ impl Receivers {
             context: format!("build the HTTP client: {e}"),
             source: redis::RedisError::from((redis::ErrorKind::ClientError, "http client")),
         })?;
-        let keys = QueueKeys::from_settings(&settings);
+        let keys = QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url);
         let handler_host = Arc::new(HandlerHost::new(
             policy,
             pool.clone(),

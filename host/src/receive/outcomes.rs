@@ -22,10 +22,11 @@ use std::time::Duration;
 use super::claims::{marker_done, Claim};
 use super::controls::RetriesDue;
 use super::finish_batches::{finish_invocation, FinishBatches, PendingFinish};
-use super::receipts::{HandlerRun, ReceiptUpdate, RECEIPT_FIELD};
+use super::receipts::{HandlerRun, ReceiptUpdate};
 use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, CONSUMER_GROUP};
 use crate::config::Settings;
 use crate::queue::QueueKeys;
+use crate::queue::receipt::RECEIPT_FIELD;
 use crate::reconnect::retry_blips;
 use crate::redis_conn::RedisConn;
 

@@ -27,6 +27,7 @@ use sqlx::PgPool;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::fault;
+use crate::queue::receipt::RECEIPT_FIELD;
 use crate::queue::{KeyLayout, QueueKeys, CONSUMER_GROUP};
 use crate::reconnect::{retry_blips, Backoff};
 use crate::redis_conn::RedisTarget;
@@ -70,8 +71,6 @@ impl HandlerRun {
     }
 }
 
-/// The field of a receipts stream entry that holds the update as JSON.
-pub(super) const RECEIPT_FIELD: &str = "receipt";
 
 /// A receipts stream entry as JSON: short field names, as a queue entry's are kept short.
 #[derive(Debug, Serialize, Deserialize)]

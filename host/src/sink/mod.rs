@@ -4,11 +4,13 @@
 //! hand-off is ([`Enqueue`]) and what became of it ([`EnqueueResult`]). Each queue system is one
 //! submodule: Redis Streams ([`RedisSink`], read by the host's receivers) and BullMQ's format
 //! ([`BullmqSink`], read by `bullmq` workers), sharing the pipelined script runner of `script`;
-//! [`QueueSinks`] picks one per queue (`[queues."NAME"] sink`). A sink never touches PostgreSQL and
-//! never decides retries: it reports per-entry results, telling an entry the queue system
-//! refused ([`EnqueueResult::Failed`], the event's fault) from an infrastructure blip
+//! [`QueueSinks`] picks one per queue (`[queues."NAME"] sink`). What a sink writes (keys, entry
+//! fields, job hash, the Lua scripts) is the wire contract of [`crate::queue`]; a sink runs it.
+//! A sink never touches PostgreSQL, never builds a key itself and never decides retries: it
+//! reports per-entry results, telling an entry the queue system refused
+//! ([`EnqueueResult::Failed`], the event's fault) from an infrastructure blip
 //! ([`EnqueueResult::Unavailable`], classified by [`crate::fault`]), and the dispatcher records
-//! them.
+//! them. Every sink passes the one conformance suite (`tests/all/sink_conformance.rs`).
 
 use futures::future::BoxFuture;
 
@@ -20,11 +22,8 @@ mod by_queue;
 mod redis_streams;
 mod script;
 
-pub use bullmq::{job_data, BullmqQueueKeys, BullmqSink};
-pub use by_queue::{
-    queue_backlogs, queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, QueueSinks,
-    StreamConsumers,
-};
+pub use bullmq::BullmqSink;
+pub use by_queue::QueueSinks;
 pub use redis_streams::RedisSink;
 
 /// A sink failure with context.

@@ -1,11 +1,12 @@
 //! Redis Streams sink: hands routed events to Redis Streams, exactly once per (event, queue).
 //!
-//! Owns the Redis side of dispatch into streams: the enqueue script (set-if-absent marker +
-//! `XADD`, one round trip, atomic; with a queue's `max_len`, the trim and the exact count of
-//! what it dropped unread or unacknowledged, per consumer group, in the same step) and the
-//! connection. A re-claim after a crash between "enqueued" and "marked done" finds the marker
-//! and adds nothing twice. Key names and entry fields come from [`crate::queue`]; it never
-//! builds one itself. Pipelining, per-entry results and `NOSCRIPT` recovery are
+//! Owns the Redis side of dispatch into streams: running the enqueue script of
+//! [`crate::queue::streams`] per hand-off (set-if-absent marker + `XADD`, one round trip,
+//! atomic; with a queue's `max_len`, the trim and the exact count of what it dropped unread or
+//! unacknowledged, per consumer group, in the same step) with the trim policy (slack and limit
+//! per call), the trim metrics and warnings, and the connection. A re-claim after a crash
+//! between "enqueued" and "marked done" finds the marker and adds nothing twice. Key names,
+//! entry fields and the script come from [`crate::queue`]; it never builds one itself. Pipelining, per-entry results and `NOSCRIPT` recovery are
 //! [`super::script`]'s. It never trims a queue that has no `max_len`.
 
 use std::collections::HashMap;
@@ -18,66 +19,8 @@ use futures::FutureExt;
 
 use super::script::EnqueueScript;
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
-use crate::queue::{KeyLayout, QueueEntry, QueueKeys};
-
-/// Enqueue script. KEYS[1] = dedupe marker, KEYS[2] = stream, KEYS[3] = the queue's trim
-/// counts; ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0: none), ARGV[3] = [`TRIM_SLACK`],
-/// ARGV[4] = [`TRIM_LIMIT`], ARGV[5..] = stream field/value pairs. Returns {1, entry id} when added, {0, entry id} when the marker existed,
-/// {-1, error} when `XADD` failed (nothing written).
-///
-/// With a `max_len`, once the stream is at least [`TRIM_SLACK`] entries over it, the oldest are
-/// trimmed (`XTRIM MAXLEN ~`, at most [`TRIM_LIMIT`] per call, whole stream nodes) and, when
-/// some were, the reply grows to {1, id, trimmed, group, unread, unacked, ...}: for each
-/// consumer group that had not read (id after its last delivered one) or not acknowledged
-/// (pending) some of the trimmed entries, those counts, also added to the trim counts hash.
-/// Trimming does not clear a group's pending list, so the pending count looks only at the
-/// range trimmed now.
-const ENQUEUE_LUA: &str = r#"
-local existing = redis.call('GET', KEYS[1])
-if existing then return {0, existing} end
-local added = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 5))
-if type(added) == 'table' and added.err then return {-1, 'XADD: ' .. added.err} end
-redis.call('SET', KEYS[1], added, 'EX', ARGV[1])
-local max_len = tonumber(ARGV[2])
-if max_len == 0 then return {1, added} end
-local over = redis.call('XLEN', KEYS[2]) - max_len
-if over < tonumber(ARGV[3]) then return {1, added} end
-local limit = math.min(over, tonumber(ARGV[4]))
-local head = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', limit)
-local removed = redis.call('XTRIM', KEYS[2], 'MAXLEN', '~', max_len, 'LIMIT', limit)
-if removed == 0 then return {1, added} end
-redis.call('HINCRBY', KEYS[3], 'trimmed', removed)
-local function split(id)
-  local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
-end
-local function after(a, b)
-  local am, as = split(a)
-  local bm, bs = split(b)
-  return am > bm or (am == bm and as > bs)
-end
-local reply = {1, added, removed}
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
-  local name, delivered
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then name = group[i + 1] end
-    if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
-  end
-  local unread = 0
-  for i = 1, removed do
-    if after(head[i][1], delivered) then unread = unread + 1 end
-  end
-  local unacked = #redis.call('XPENDING', KEYS[2], name, head[1][1], head[removed][1], removed)
-  if unread > 0 or unacked > 0 then
-    redis.call('HINCRBY', KEYS[3], name .. ':unread', unread)
-    redis.call('HINCRBY', KEYS[3], name .. ':unacked', unacked)
-    table.insert(reply, name)
-    table.insert(reply, unread)
-    table.insert(reply, unacked)
-  end
-end
-return reply
-"#;
+use crate::queue::streams::{enqueue_script, Trimmed};
+use crate::queue::{QueueEntry, QueueKeys};
 
 /// How far past its `max_len` a stream grows before the enqueue script trims it (one stream
 /// node), so the trim runs about once per hundred enqueues.
@@ -97,16 +40,6 @@ pub struct RedisSink {
     keys: QueueKeys,
     dedupe_ttl_secs: u64,
     trims: Arc<TrimReports>,
-}
-
-/// What one enqueue's trim dropped before its consumers finished it, per consumer group.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Trimmed {
-    /// Entries trimmed.
-    pub entries: u64,
-    /// Per consumer group: (group, entries it had not read, entries it had read and not
-    /// acknowledged).
-    pub unfinished: Vec<(String, u64, u64)>,
 }
 
 /// The trims of each queue since its last warning, so that a queue trimmed on every enqueue
@@ -159,26 +92,6 @@ impl TrimReports {
     }
 }
 
-/// The trim part of an enqueue reply (after `{1, id}`): `trimmed, group, unread, unacked, ...`.
-fn parse_trimmed(extra: &[redis::Value]) -> Option<Trimmed> {
-    let number = |v: &redis::Value| redis::from_redis_value::<u64>(v).ok();
-    let (first, groups) = extra.split_first()?;
-    Some(Trimmed {
-        entries: number(first)?,
-        unfinished: groups
-            .chunks(3)
-            .filter_map(|g| match g {
-                [name, unread, unacked] => Some((
-                    redis::from_redis_value::<String>(name).ok()?,
-                    number(unread)?,
-                    number(unacked)?,
-                )),
-                _ => None,
-            })
-            .collect(),
-    })
-}
-
 impl RedisSink {
     /// Connect (one attempt; the dispatcher retries with backoff). Commands time out after 5 s
     /// so a hung Redis fails a batch instead of stalling the host.
@@ -192,11 +105,11 @@ impl RedisSink {
         let sink = Self {
             script: EnqueueScript::new(
                 conn,
-                ENQUEUE_LUA,
+                enqueue_script(),
                 "the streams enqueue script",
                 concurrency,
             ),
-            keys: QueueKeys::with_layout(prefix, KeyLayout::for_redis_url(redis_url)),
+            keys: QueueKeys::for_redis_url(prefix, redis_url),
             dedupe_ttl_secs: dedupe_ttl.as_secs().max(1),
             trims: Arc::default(),
         };
@@ -282,7 +195,7 @@ impl RedisSink {
             }
         };
         let trimmed = |item: &Enqueue<'_>, extra: &[redis::Value]| {
-            if let Some(trimmed) = parse_trimmed(extra) {
+            if let Some(trimmed) = Trimmed::from_reply(extra) {
                 self.trims
                     .report(item.queue, max_len(item.queue).unwrap_or(0), trimmed);
             }

@@ -14,7 +14,8 @@
 //! The reply convention of every enqueue script: `{1, id}` added, `{0, id}` already there
 //! (nothing written), `{-1, error}` refused (nothing written); an added entry's reply may carry
 //! more values after the id (what the streams sink trimmed), handed to the sink as they are. It
-//! never builds a key or an argument itself: the sink's `args` closure does.
+//! never builds a key or an argument itself: the sink's `args` closure does; the scripts are
+//! [`crate::queue`]'s.
 
 use crate::redis_conn::RedisConn;
 use futures::stream::{self, StreamExt};
@@ -43,17 +44,17 @@ pub(super) struct EnqueueScript {
 }
 
 impl EnqueueScript {
-    /// `source` run over `conn`, `concurrency` pipelines at once. Call [`load`](Self::load)
+    /// `script` run over `conn`, `concurrency` pipelines at once. Call [`load`](Self::load)
     /// before the first use.
     pub(super) fn new(
         conn: RedisConn,
-        source: &str,
+        script: redis::Script,
         what: &'static str,
         concurrency: usize,
     ) -> Self {
         Self {
             conn,
-            script: redis::Script::new(source),
+            script,
             what,
             concurrency: concurrency.max(1),
             wait_replicas: 0,

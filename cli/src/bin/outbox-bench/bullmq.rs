@@ -10,9 +10,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use outbox_host::config::{BullmqOptions, Config, QueueSpec, RoutesFile, Settings, SinkKind};
-use outbox_host::queue::QueueKeys;
+use outbox_host::queue::bullmq::key as bull_key;
+use outbox_host::queue::{BullmqQueueKeys, QueueKeys};
 use outbox_host::routing::RouterHandle;
-use outbox_host::sink::{BullmqQueueKeys, QueueSinks};
+use outbox_host::sink::QueueSinks;
 use redis::AsyncCommands;
 use sqlx::PgPool;
 
@@ -33,7 +34,10 @@ pub(crate) async fn run(
     router: &RouterHandle,
 ) -> anyhow::Result<()> {
     let events = args.events;
-    let prefix = format!("{}bull", QueueKeys::from_settings(settings).prefix());
+    let prefix = format!(
+        "{}bull",
+        QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).prefix()
+    );
     let streams_routes = config.routes.clone();
     let mut bullmq_routes = config.routes.clone();
     bullmq_routes.queues.insert(
@@ -100,7 +104,7 @@ async fn dispatch(
 /// The BullMQ run left one job per event waiting.
 async fn check_jobs(settings: &Settings, prefix: &str, events: i64) -> anyhow::Result<()> {
     let mut conn = redis_connection(settings).await?;
-    let wait = BullmqQueueKeys::new(prefix, MAIL_QUEUE).key("wait");
+    let wait = BullmqQueueKeys::new(prefix, MAIL_QUEUE).key(bull_key::WAIT);
     let jobs: i64 = conn.llen(&wait).await.context("read the wait list")?;
     anyhow::ensure!(jobs == events, "{jobs} jobs in {wait} for {events} events");
     Ok(())

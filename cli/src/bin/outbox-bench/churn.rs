@@ -254,7 +254,8 @@ async fn probe(
             .fetch_one(pool)
             .await?;
     }
-    let stream = QueueKeys::from_settings(settings).stream(QUEUE);
+    let stream =
+        QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(QUEUE);
     let stream_bytes: Option<i64> = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(&stream)

@@ -161,7 +161,7 @@ pub(crate) async fn prepare_typed(
 
 /// Delete every key under the bench's Redis prefix.
 pub(crate) async fn clear_redis(settings: &Settings) -> anyhow::Result<()> {
-    let keys = QueueKeys::from_settings(settings);
+    let keys = QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url);
     let mut conn = redis_connection(settings).await?;
     let mut found: Vec<String> = Vec::new();
     for pattern in keys.match_patterns() {
@@ -184,7 +184,7 @@ pub(crate) async fn clear_redis(settings: &Settings) -> anyhow::Result<()> {
 pub(crate) async fn redis_connection(
     settings: &Settings,
 ) -> anyhow::Result<outbox_host::redis_conn::RedisConn> {
-    outbox_host::redis_conn::connect_shared(settings)
+    outbox_host::redis_conn::connect_shared(&settings.redis_url, &settings.redis_prefix)
         .await
         .context("connect to Redis")
 }

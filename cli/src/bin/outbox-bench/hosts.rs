@@ -243,7 +243,8 @@ async fn dispatch_with(
     };
     let before = cpu();
     let start = Instant::now();
-    let stream = QueueKeys::from_settings(settings).stream(QUEUE);
+    let stream =
+        QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(QUEUE);
     let mut redis = redis_connection(settings).await?;
     let deadline = start + Duration::from_secs(3600);
     let mut last_trim = Instant::now();

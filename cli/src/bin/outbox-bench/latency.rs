@@ -76,7 +76,8 @@ async fn latency(
     let task = tokio::spawn(dispatcher.run(shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let stream = QueueKeys::from_settings(&settings).stream(LATENCY_QUEUE);
+    let stream =
+        QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(LATENCY_QUEUE);
     let mut reader = redis_connection(&settings).await?;
     let reader_task = tokio::spawn(async move {
         let mut seen: HashMap<i64, Instant> = HashMap::new();

@@ -104,7 +104,8 @@ async fn check_order_per_key(pool: &PgPool, settings: &Settings) -> anyhow::Resu
             .into_iter()
             .collect();
     let mut conn = redis_connection(settings).await?;
-    let stream = QueueKeys::from_settings(settings).stream(MAIL_QUEUE);
+    let stream =
+        QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(MAIL_QUEUE);
     let entries: redis::streams::StreamRangeReply = conn
         .xrange_all(&stream)
         .await

@@ -120,7 +120,7 @@ async fn receiver_throughput(
     let mut conn = redis_connection(settings).await?;
     fill_queue(
         &mut conn,
-        &QueueKeys::from_settings(settings),
+        &QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url),
         BENCH_QUEUE,
         1,
         n,

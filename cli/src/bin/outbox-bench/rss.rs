@@ -153,7 +153,8 @@ async fn watch(
     settings: &Settings,
     n: i64,
 ) -> anyhow::Result<Vec<Sample>> {
-    let stream = QueueKeys::from_settings(settings).stream(QUEUE);
+    let stream =
+        QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(QUEUE);
     let mut redis = redis_connection(settings).await?;
     let start = Instant::now();
     let deadline = start + Duration::from_secs(3600);

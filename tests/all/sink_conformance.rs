@@ -1,0 +1,679 @@
+//! The sink conformance suite: one set of checks, each run against every sink (Watermill's
+//! `TestPubSub` is the model), against the real Redis (`REDIS_URL`, a key prefix and a BullMQ
+//! prefix per test).
+//!
+//! Each check in [`checks`] is written once, for any [`SinkUnderTest`]; the [`conformance!`]
+//! list at the bottom runs every check against every sink: the Redis Streams sink, the BullMQ
+//! sink, and the per-queue sink the dispatcher uses (`QueueSinks`, here with the suite's queues
+//! split between streams and BullMQ). A later sink is one more line in that list, with its
+//! harness (how to connect it, which kind each queue is on) and, for a new queue system, how
+//! to read back what it wrote ([`Landed::read`]).
+//!
+//! What every sink must do: write exactly the fields of the wire contract (spelled out here
+//! literally, not taken from the host's constants, so a renamed constant fails here); take a
+//! batch spanning queues (and pipelines) with one result per item in input order; hand off
+//! each (event, queue) once however often it is asked to (a re-claim after a crash); keep the
+//! events of one ordering key in hand-off order; answer a dead Redis with an infrastructure
+//! error per entry (never a refusal, never a lost event: once Redis is back the same hand-off
+//! lands, once); and carry payloads, headers and keys at their limits byte for byte.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use outbox_host::config::{RoutesFile, Settings, SinkKind, DEFAULT_MAX_PAYLOAD_BYTES};
+use outbox_host::fault::Service;
+use outbox_host::queue::QueueKeys;
+use outbox_host::redis_conn::{RedisConn, RedisTarget};
+use outbox_host::sink::{BullmqSink, Enqueue, EnqueueResult, QueueSinks, RedisSink, Sink};
+use outbox_host::store::ClaimedEvent;
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+
+use outbox_tests::bullmq_app::remove_bullmq_prefix;
+use outbox_tests::{redis_url, OutageProxy};
+
+/// The queues every check uses.
+const QUEUES: [&str; 3] = ["conf.a", "conf.b", "conf.c"];
+
+/// How long an enqueue marker lives in the suite.
+const DEDUPE_TTL: Duration = Duration::from_secs(3600);
+
+/// Pipelines in flight per batch (more than one, so a batch runs pipelines side by side).
+const CONCURRENCY: usize = 4;
+
+/// One test's keys: a host key prefix and a BullMQ prefix of its own, and a direct Redis
+/// connection for reading back.
+struct World {
+    prefix: String,
+    bull_prefix: String,
+    redis: RedisConn,
+}
+
+impl World {
+    async fn new() -> Self {
+        let id = uuid::Uuid::new_v4().simple();
+        let redis = RedisTarget::parse(&redis_url())
+            .unwrap()
+            .shared()
+            .await
+            .expect("Redis at REDIS_URL must be running for the tests");
+        Self {
+            prefix: format!("test:{id}:"),
+            bull_prefix: format!("bullconf-{id}"),
+            redis,
+        }
+    }
+
+    /// The routes putting each suite queue on the sink kind `sink` says.
+    fn routes(&self, sink: &impl SinkUnderTest) -> RoutesFile {
+        let mut text = String::from("[policy]\nplugin = \"deny-all\"\n");
+        for queue in QUEUES {
+            if sink.kind_of(queue) == SinkKind::Bullmq {
+                text.push_str(&format!(
+                    "\n[queues.\"{queue}\"]\nsink = \"bullmq\"\nbullmq = {{ prefix = \"{}\" }}\n",
+                    self.bull_prefix
+                ));
+            }
+        }
+        RoutesFile::parse(&text, Path::new("<sink conformance routes>")).unwrap()
+    }
+
+    /// Settings for a host on the Redis `redis_url` names, under this world's prefix.
+    fn settings(&self, redis_url: &str) -> Settings {
+        Settings {
+            redis_url: redis_url.to_string(),
+            redis_prefix: self.prefix.clone(),
+            dedupe_ttl: DEDUPE_TTL,
+            dispatch_concurrency: CONCURRENCY,
+            ..Settings::default()
+        }
+    }
+
+    fn keys(&self) -> QueueKeys {
+        QueueKeys::new(self.prefix.clone())
+    }
+
+    /// Delete every key this test wrote.
+    async fn cleanup(&self) {
+        let mut conn = self.redis.clone();
+        for pattern in self.keys().match_patterns() {
+            let keys: Vec<String> = conn.keys(pattern).await.unwrap_or_default();
+            if !keys.is_empty() {
+                let _: Result<(), _> = conn.del(keys).await;
+            }
+        }
+        remove_bullmq_prefix(&mut conn, &self.bull_prefix).await;
+    }
+}
+
+/// A sink the suite runs its checks against.
+trait SinkUnderTest: Sync {
+    /// The kind of queue system each suite queue is on with this sink.
+    fn kind_of(&self, queue: &str) -> SinkKind;
+
+    /// The sink, on the Redis `redis_url` names, writing under `world`'s prefixes.
+    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink>;
+}
+
+/// The Redis Streams sink alone.
+struct Streams;
+
+impl SinkUnderTest for Streams {
+    fn kind_of(&self, _queue: &str) -> SinkKind {
+        SinkKind::Streams
+    }
+
+    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink> {
+        Arc::new(
+            RedisSink::connect(redis_url, &world.prefix, DEDUPE_TTL, CONCURRENCY)
+                .await
+                .unwrap(),
+        )
+    }
+}
+
+/// The BullMQ sink alone.
+struct Bullmq;
+
+impl SinkUnderTest for Bullmq {
+    fn kind_of(&self, _queue: &str) -> SinkKind {
+        SinkKind::Bullmq
+    }
+
+    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink> {
+        let conn = RedisTarget::with_key_prefix(redis_url, &world.prefix)
+            .unwrap()
+            .shared()
+            .await
+            .unwrap();
+        let routes = Arc::new(ArcSwap::from_pointee(world.routes(self)));
+        Arc::new(
+            BullmqSink::new(
+                conn,
+                QueueKeys::for_redis_url(world.prefix.clone(), redis_url),
+                DEDUPE_TTL.as_secs(),
+                CONCURRENCY,
+                routes,
+            )
+            .await
+            .unwrap(),
+        )
+    }
+}
+
+/// The per-queue sink the dispatcher uses, `conf.b` on BullMQ and the others on streams, so
+/// every batch of several queues spans both.
+struct PerQueue;
+
+impl SinkUnderTest for PerQueue {
+    fn kind_of(&self, queue: &str) -> SinkKind {
+        if queue == QUEUES[1] {
+            SinkKind::Bullmq
+        } else {
+            SinkKind::Streams
+        }
+    }
+
+    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink> {
+        let routes = Arc::new(ArcSwap::from_pointee(world.routes(self)));
+        Arc::new(
+            QueueSinks::connect(&world.settings(redis_url), routes)
+                .await
+                .unwrap(),
+        )
+    }
+}
+
+/// One entry (a stream entry, a BullMQ job) as a consumer of its queue sees it.
+#[derive(Debug, Clone, PartialEq)]
+struct Landed {
+    /// Its id: the stream entry id, or the job id.
+    id: String,
+    /// The event it carries.
+    event_id: i64,
+    /// Its fields (a JSON field parsed; BullMQ's `timestamp` checked and replaced by
+    /// `"<timestamp>"`).
+    fields: BTreeMap<String, Value>,
+}
+
+impl Landed {
+    /// What `queue` holds, in the order its consumers take it.
+    async fn read(world: &World, kind: SinkKind, queue: &str) -> Vec<Landed> {
+        let mut conn = world.redis.clone();
+        match kind {
+            SinkKind::Streams => {
+                let reply: redis::streams::StreamRangeReply =
+                    conn.xrange_all(world.keys().stream(queue)).await.unwrap();
+                reply
+                    .ids
+                    .into_iter()
+                    .map(|entry| {
+                        let fields: BTreeMap<String, Value> = entry
+                            .map
+                            .iter()
+                            .map(|(k, v)| {
+                                let text: String = redis::from_redis_value(v).unwrap();
+                                (k.clone(), Value::String(text))
+                            })
+                            .collect();
+                        Landed {
+                            event_id: fields["event_id"].as_str().unwrap().parse().unwrap(),
+                            id: entry.id,
+                            fields,
+                        }
+                    })
+                    .collect()
+            }
+            SinkKind::Bullmq => {
+                let base = format!("{}:{queue}:", world.bull_prefix);
+                // `Queue.add` pushes on the left of `wait`; a worker takes from the right.
+                let mut wait: Vec<String> =
+                    conn.lrange(format!("{base}wait"), 0, -1).await.unwrap();
+                wait.reverse();
+                let now_ms = chrono::Utc::now().timestamp_millis();
+                let mut landed = Vec::new();
+                for job_id in wait {
+                    let hash: HashMap<String, String> =
+                        conn.hgetall(format!("{base}{job_id}")).await.unwrap();
+                    let mut fields = BTreeMap::new();
+                    for (name, value) in hash {
+                        let value = match name.as_str() {
+                            "data" | "opts" => serde_json::from_str(&value).unwrap(),
+                            "timestamp" => {
+                                let at: i64 = value.parse().unwrap();
+                                assert!((now_ms - 600_000..=now_ms).contains(&at), "{value}");
+                                Value::String("<timestamp>".into())
+                            }
+                            _ => Value::String(value),
+                        };
+                        fields.insert(name, value);
+                    }
+                    landed.push(Landed {
+                        event_id: fields["data"]["id"].as_i64().unwrap(),
+                        id: job_id,
+                        fields,
+                    });
+                }
+                landed
+            }
+        }
+    }
+
+    /// What a sink of `kind` must write for `event`: the wire contract, spelled out.
+    fn expected(kind: SinkKind, event: &ClaimedEvent) -> BTreeMap<String, Value> {
+        let created_at = event
+            .created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let text = |s: &str| Value::String(s.to_string());
+        match kind {
+            SinkKind::Streams => {
+                let mut fields = BTreeMap::from([
+                    ("event_id".to_string(), text(&event.id.to_string())),
+                    ("event_type".into(), text(&event.event_type)),
+                    (
+                        "event_version".into(),
+                        text(&event.event_version.to_string()),
+                    ),
+                    (
+                        "tenant_id".into(),
+                        text(event.tenant_id.as_deref().unwrap_or("")),
+                    ),
+                    ("payload".into(), text(&event.payload)),
+                    ("headers".into(), text(&event.headers)),
+                    (
+                        "dispatch_key".into(),
+                        text(event.dispatch_key.as_deref().unwrap_or("")),
+                    ),
+                    ("created_at".into(), text(&created_at)),
+                    ("attempt".into(), text(&event.attempts.to_string())),
+                ]);
+                if let Some(key) = &event.ordering_key {
+                    fields.insert("ordering_key".into(), text(key));
+                }
+                if event.generation > 0 {
+                    fields.insert("generation".into(), text(&event.generation.to_string()));
+                }
+                fields
+            }
+            SinkKind::Bullmq => BTreeMap::from([
+                ("name".to_string(), text(&event.event_type)),
+                (
+                    "data".into(),
+                    json!({
+                        "id": event.id,
+                        "type": event.event_type,
+                        "version": event.event_version,
+                        "tenant": event.tenant_id,
+                        "payload": serde_json::from_str::<Value>(&event.payload).unwrap(),
+                        "headers": serde_json::from_str::<Value>(&event.headers).unwrap(),
+                        "dispatchKey": event.dispatch_key,
+                        "orderingKey": event.ordering_key,
+                        "createdAt": created_at,
+                    }),
+                ),
+                (
+                    "opts".into(),
+                    json!({"jobId": format!("outbox-{}", event.id), "attempts": 0}),
+                ),
+                ("timestamp".into(), text("<timestamp>")),
+                ("delay".into(), text("0")),
+                ("priority".into(), text("0")),
+            ]),
+        }
+    }
+}
+
+/// A fully populated event (every optional field set).
+fn full_event(id: i64) -> ClaimedEvent {
+    let mut e = ClaimedEvent::unclaimed(id, "order.placed", r#"{"order": 7, "lines": [1, 2]}"#);
+    e.tenant_id = Some("acme".into());
+    e.event_version = 3;
+    e.headers =
+        r#"{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#.into();
+    e.dispatch_key = Some(format!("order-{id}"));
+    e.ordering_key = Some("account-9".into());
+    e.generation = 2;
+    e.attempts = 2;
+    e
+}
+
+/// The items of `events` fanned out: each event to each queue `to` names for it.
+fn fan_out<'a>(events: &'a [ClaimedEvent], to: impl Fn(usize) -> Vec<&'a str>) -> Vec<Enqueue<'a>> {
+    events
+        .iter()
+        .enumerate()
+        .flat_map(|(i, event)| to(i).into_iter().map(move |queue| Enqueue { event, queue }))
+        .collect()
+}
+
+/// Every result added; the ids, per item.
+fn all_added(sink: &str, results: &[EnqueueResult]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| match r {
+            EnqueueResult::Added(id) => id.clone(),
+            other => panic!("{sink}: expected Added, got {other:?}"),
+        })
+        .collect()
+}
+
+/// What each queue holds, checked against `items` (the hand-offs that were made): every
+/// (event, queue) exactly once, with exactly the fields of the wire contract, under the id its
+/// result gave (`ids`, per item).
+async fn assert_holds_exactly(
+    world: &World,
+    sink: &impl SinkUnderTest,
+    items: &[Enqueue<'_>],
+    ids: &[String],
+) {
+    for queue in QUEUES {
+        let kind = sink.kind_of(queue);
+        let landed = Landed::read(world, kind, queue).await;
+        let mut want: Vec<(i64, &str, &ClaimedEvent)> = items
+            .iter()
+            .zip(ids)
+            .filter(|(item, _)| item.queue == queue)
+            .map(|(item, id)| (item.event.id, id.as_str(), item.event))
+            .collect();
+        want.sort_by_key(|(event_id, _, _)| *event_id);
+        let mut got: Vec<&Landed> = landed.iter().collect();
+        got.sort_by_key(|l| l.event_id);
+        assert_eq!(
+            got.iter().map(|l| l.event_id).collect::<Vec<_>>(),
+            want.iter().map(|(e, _, _)| *e).collect::<Vec<_>>(),
+            "{queue} ({kind:?}) holds each of its events once"
+        );
+        for (landed, (_, id, event)) in got.into_iter().zip(want) {
+            assert_eq!(landed.id, id, "{queue}: the id the result gave");
+            assert_eq!(
+                landed.fields,
+                Landed::expected(kind, event),
+                "{queue} ({kind:?}): the fields of event {}",
+                event.id
+            );
+        }
+    }
+}
+
+/// The checks, each for any sink.
+mod checks {
+    use super::*;
+
+    /// Enqueue, then read back: every field of the wire contract, exactly.
+    pub async fn enqueue_then_read_back_with_the_exact_fields(sink: &impl SinkUnderTest) {
+        let world = World::new().await;
+        let under_test = sink.connect(&world, &redis_url()).await;
+        let mut unicode = ClaimedEvent::unclaimed(
+            3,
+            "note.added",
+            r#"{"text": "h\u00e9llo \"w\"\n 🚀 é", "n": [1, 2.5, null, true]}"#,
+        );
+        unicode.headers = r#"{"x-note": "ü"}"#.into();
+        let events = vec![
+            full_event(1),
+            ClaimedEvent::unclaimed(2, "mail.welcome", "{}"),
+            unicode,
+        ];
+        let items = fan_out(&events, |_| QUEUES.to_vec());
+        let results = under_test.enqueue_all(&items).await;
+        let ids = all_added(under_test.name(), &results);
+        assert_holds_exactly(&world, sink, &items, &ids).await;
+        world.cleanup().await;
+    }
+
+    /// One batch spanning every queue and several pipelines: one result per item in input
+    /// order, each queue holding exactly its events.
+    pub async fn a_batch_of_mixed_queues(sink: &impl SinkUnderTest) {
+        let world = World::new().await;
+        let under_test = sink.connect(&world, &redis_url()).await;
+        let events: Vec<ClaimedEvent> = (1..=150)
+            .map(|id| ClaimedEvent::unclaimed(id, "mixed.event", format!(r#"{{"n": {id}}}"#)))
+            .collect();
+        let items = fan_out(&events, |i| {
+            QUEUES
+                .iter()
+                .enumerate()
+                .filter(|(q, _)| i % (q + 1) == 0)
+                .map(|(_, queue)| *queue)
+                .collect()
+        });
+        assert!(items.len() > 256, "more than two pipelines");
+        let results = under_test.enqueue_all(&items).await;
+        assert_eq!(results.len(), items.len(), "one result per item");
+        let ids = all_added(under_test.name(), &results);
+        assert_holds_exactly(&world, sink, &items, &ids).await;
+        world.cleanup().await;
+    }
+
+    /// Handing the same (event, queue) off again (a re-claim after a crash, with its attempt
+    /// counted up) adds nothing and answers with the first hand-off's id.
+    pub async fn re_enqueue_of_the_same_event_adds_no_second_entry(sink: &impl SinkUnderTest) {
+        let world = World::new().await;
+        let under_test = sink.connect(&world, &redis_url()).await;
+        let events: Vec<ClaimedEvent> = (1..=10).map(full_event).collect();
+        let items = fan_out(&events, |_| QUEUES.to_vec());
+        let first = all_added(under_test.name(), &under_test.enqueue_all(&items).await);
+
+        let mut again: Vec<ClaimedEvent> = events.clone();
+        for e in &mut again {
+            e.attempts += 1;
+        }
+        again.push(full_event(11));
+        let again_items = fan_out(&again, |_| QUEUES.to_vec());
+        let results = under_test.enqueue_all(&again_items).await;
+        for (i, result) in results.iter().enumerate() {
+            if i < first.len() {
+                assert_eq!(
+                    result,
+                    &EnqueueResult::AlreadyEnqueued(first[i].clone()),
+                    "item {i}"
+                );
+            } else {
+                assert!(matches!(result, EnqueueResult::Added(_)), "{result:?}");
+            }
+        }
+        // And a third time, in a batch of its own.
+        for result in under_test.enqueue_all(&items).await {
+            assert!(
+                matches!(result, EnqueueResult::AlreadyEnqueued(_)),
+                "{result:?}"
+            );
+        }
+        let mut all_items = items.clone();
+        all_items.extend(again_items[first.len()..].iter().cloned());
+        let repeated = first.len();
+        let mut ids = first;
+        ids.extend(
+            results[repeated..]
+                .iter()
+                .map(|r| r.stream_id().unwrap().to_string()),
+        );
+        // The entries keep what the first hand-off wrote (attempt 2, not 3).
+        assert_holds_exactly(&world, sink, &all_items, &ids).await;
+        world.cleanup().await;
+    }
+
+    /// The events of one ordering key, handed off as the claim hands them (at most one per key
+    /// per batch, batch after batch), reach each queue in that order, with their key.
+    pub async fn ordering_within_an_ordering_key(sink: &impl SinkUnderTest) {
+        let world = World::new().await;
+        let under_test = sink.connect(&world, &redis_url()).await;
+        let keys = ["acct-1", "acct-2", "acct-3"];
+        let mut next_id = 1;
+        for _round in 0..12 {
+            let mut batch = Vec::new();
+            for key in keys {
+                let mut e = ClaimedEvent::unclaimed(next_id, "account.changed", "{}");
+                e.ordering_key = Some(key.into());
+                batch.push(e);
+                next_id += 1;
+            }
+            batch.push(ClaimedEvent::unclaimed(next_id, "account.seen", "{}"));
+            next_id += 1;
+            let items = fan_out(&batch, |_| QUEUES.to_vec());
+            all_added(under_test.name(), &under_test.enqueue_all(&items).await);
+        }
+        for queue in QUEUES {
+            let kind = sink.kind_of(queue);
+            let landed = Landed::read(&world, kind, queue).await;
+            assert_eq!(landed.len(), 48, "{queue}");
+            for key in keys {
+                let order: Vec<i64> = landed
+                    .iter()
+                    .filter(|l| {
+                        l.fields.get("ordering_key") == Some(&json!(key))
+                            || l.fields.get("data").map(|d| &d["orderingKey"]) == Some(&json!(key))
+                    })
+                    .map(|l| l.event_id)
+                    .collect();
+                assert_eq!(order.len(), 12, "{queue} ({kind:?}): every event of {key}");
+                assert!(
+                    order.windows(2).all(|w| w[0] < w[1]),
+                    "{queue} ({kind:?}): {key} in hand-off order: {order:?}"
+                );
+            }
+        }
+        world.cleanup().await;
+    }
+
+    /// With Redis gone, every hand-off is an infrastructure error (a blip of Redis, never a
+    /// refusal), the sink's ping fails, and once Redis is back the same hand-off lands, once.
+    pub async fn a_dead_redis_is_an_infrastructure_error_and_loses_no_event(
+        sink: &impl SinkUnderTest,
+    ) {
+        let world = World::new().await;
+        let proxy = OutageProxy::redis().await;
+        let under_test = sink.connect(&world, &proxy.redis_url()).await;
+        let warm: Vec<ClaimedEvent> = vec![full_event(1)];
+        let warm_items = fan_out(&warm, |_| QUEUES.to_vec());
+        let mut ids = all_added(
+            under_test.name(),
+            &under_test.enqueue_all(&warm_items).await,
+        );
+
+        proxy.cut();
+        let events: Vec<ClaimedEvent> = (2..=6).map(full_event).collect();
+        let items = fan_out(&events, |_| QUEUES.to_vec());
+        for result in under_test.enqueue_all(&items).await {
+            let blip = result
+                .blip()
+                .unwrap_or_else(|| panic!("a blip, got {result:?}"));
+            assert_eq!(blip.service, Service::Redis, "{result:?}");
+            assert!(result.error().is_some_and(|e| !e.is_empty()));
+        }
+        assert!(
+            under_test.ping().await.is_err(),
+            "ping fails while Redis is gone"
+        );
+
+        proxy.restore().await;
+        // The dispatcher hands the released events off again until Redis answers.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let results = loop {
+            let results = under_test.enqueue_all(&items).await;
+            if results.iter().all(|r| r.blip().is_none()) {
+                break results;
+            }
+            assert!(Instant::now() < deadline, "Redis back: {results:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        for result in &results {
+            assert!(result.stream_id().is_some(), "{result:?}");
+        }
+        under_test.ping().await.unwrap();
+        let mut all_items = warm_items.clone();
+        all_items.extend(items.iter().cloned());
+        ids.extend(results.iter().map(|r| r.stream_id().unwrap().to_string()));
+        assert_holds_exactly(&world, sink, &all_items, &ids).await;
+        world.cleanup().await;
+    }
+
+    /// A payload of exactly `OUTBOX_MAX_PAYLOAD_BYTES` (the default), large headers, and
+    /// dispatch and ordering keys at their limit land byte for byte.
+    pub async fn big_payloads_at_the_limit(sink: &impl SinkUnderTest) {
+        let world = World::new().await;
+        let under_test = sink.connect(&world, &redis_url()).await;
+        let key = "k".repeat(outbox_host::publish::MAX_KEY_BYTES - 4);
+        let events: Vec<ClaimedEvent> = (1..=4)
+            .map(|id| {
+                let mut e = full_event(id);
+                e.payload = json_text_of_len(DEFAULT_MAX_PAYLOAD_BYTES, id);
+                e.headers = json_text_of_len(64 * 1024, id + 100);
+                e.dispatch_key = Some(format!("{key}{id:04}"));
+                e.ordering_key = Some(format!("{key}{id:04}"));
+                e
+            })
+            .collect();
+        for e in &events {
+            assert_eq!(e.payload.len(), DEFAULT_MAX_PAYLOAD_BYTES);
+            assert_eq!(
+                e.dispatch_key.as_ref().map(String::len),
+                Some(outbox_host::publish::MAX_KEY_BYTES)
+            );
+        }
+        let items = fan_out(&events, |_| QUEUES.to_vec());
+        let ids = all_added(under_test.name(), &under_test.enqueue_all(&items).await);
+        assert_holds_exactly(&world, sink, &items, &ids).await;
+        world.cleanup().await;
+    }
+
+    /// A JSON object text of exactly `len` bytes: multi-byte characters, escapes and `seed`.
+    fn json_text_of_len(len: usize, seed: i64) -> String {
+        let head = format!(r#"{{"seed": {seed}, "text": "é\"\\🚀"#);
+        let tail = "\"}";
+        let fill = len - head.len() - tail.len();
+        let text = format!("{head}{}{tail}", "x".repeat(fill));
+        assert_eq!(text.len(), len);
+        serde_json::from_str::<Value>(&text).expect("valid JSON");
+        text
+    }
+}
+
+/// Every check against every sink listed: `name => harness`, one line per sink. Each pair
+/// becomes a module `name` with one test per check (`sink_conformance::streams::...`).
+macro_rules! conformance {
+    ($($name:ident => $sink:expr),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn enqueue_then_read_back_with_the_exact_fields() {
+                checks::enqueue_then_read_back_with_the_exact_fields(&$sink).await;
+            }
+
+            #[tokio::test]
+            async fn a_batch_of_mixed_queues() {
+                checks::a_batch_of_mixed_queues(&$sink).await;
+            }
+
+            #[tokio::test]
+            async fn re_enqueue_of_the_same_event_adds_no_second_entry() {
+                checks::re_enqueue_of_the_same_event_adds_no_second_entry(&$sink).await;
+            }
+
+            #[tokio::test]
+            async fn ordering_within_an_ordering_key() {
+                checks::ordering_within_an_ordering_key(&$sink).await;
+            }
+
+            #[tokio::test]
+            async fn a_dead_redis_is_an_infrastructure_error_and_loses_no_event() {
+                checks::a_dead_redis_is_an_infrastructure_error_and_loses_no_event(&$sink).await;
+            }
+
+            #[tokio::test]
+            async fn big_payloads_at_the_limit() {
+                checks::big_payloads_at_the_limit(&$sink).await;
+            }
+        }
+    )*};
+}
+
+conformance! {
+    streams => Streams,
+    bullmq => Bullmq,
+    per_queue => PerQueue,
+}
