@@ -38,34 +38,32 @@
 //! dispatcher's batch router call, offline tools). Nested calls (the policy a handler's host
 //! call asks) are awaited inside the outer call's future.
 //!
+//! The store data of a call and the host functions a guest reaches through it (`log`, and the
+//! handler's `publish`, `kv`, `http` handed to its [`HandlerServices`]) live in `host_state`; the
+//! wasmtime configuration (pooling allocator) in `limits`.
+//!
 //! Never: lets a guest hold a thread for more than one epoch tick at a time, or a call outlive
 //! its deadline; hands a guest a file, an environment variable, a socket or the host's stdio.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{
-    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
-};
+use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::WasiCtxBuilder;
 
-use super::bindings::{
-    handler_world, policy_world, router_world, HostCallError, HttpRequest, HttpResponse,
-    WitNewEvent,
-};
+use super::bindings::{handler_world, policy_world, router_world};
+pub use super::host_state::HandlerServices;
+pub(crate) use super::host_state::HostState;
+use super::host_state::{describe_failure, push_stderr, report_dropped_logs};
 use super::legacy::{self, PreparedV0_1, PREVIOUS_WIT_VERSION};
+use super::limits::{engine_config, CallLimiter, LogBudget};
 pub use super::limits::{
     sanitize_log_message, CallSlots, PluginLimits, DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY,
     MAX_INSTANCES_PER_CALL, MAX_LOG_BYTES_PER_CALL, MAX_LOG_MESSAGES_PER_CALL,
     MAX_LOG_MESSAGE_BYTES, MAX_MEMORIES_PER_CALL, MAX_MEMORY_MB, MAX_TABLES_PER_CALL,
     MAX_TABLE_ELEMENTS_PER_CALL,
-};
-use super::limits::{
-    CallLimiter, LogBudget, POOL_COMPONENT_INSTANCES, POOL_CORE_INSTANCES, POOL_MEMORIES,
-    POOL_TABLES,
 };
 use super::{PluginError, WIT_VERSION};
 
@@ -129,173 +127,6 @@ pub(crate) enum SlotWait {
     /// (a receiver, whose claim on the entry is renewed meanwhile), so a queue of calls behind
     /// `max_concurrency` is backpressure, not the plugin's time.
     BeforeTimeLimit,
-}
-
-/// Host services a handler plugin may call (`publish`, `kv`, `http`), provided by the receiver
-/// for the delivery being handled (its implementation, in [`crate::capability`], checks every
-/// call with the capability policy before doing anything). Each returns a future that the call
-/// awaits under its time limit: a slow database, Redis or network answer is cut at the call's
-/// deadline (the future is dropped).
-pub trait HandlerServices: Send {
-    /// `publish.send`.
-    fn publish(&mut self, event: WitNewEvent) -> BoxFuture<'_, Result<i64, HostCallError>>;
-    /// `kv.get`.
-    fn kv_get(&mut self, key: String) -> BoxFuture<'_, Result<Option<String>, HostCallError>>;
-    /// `kv.set`.
-    fn kv_set(
-        &mut self,
-        key: String,
-        value: String,
-        ttl_seconds: Option<u32>,
-    ) -> BoxFuture<'_, Result<(), HostCallError>>;
-    /// `kv.delete`.
-    fn kv_delete(&mut self, key: String) -> BoxFuture<'_, Result<bool, HostCallError>>;
-    /// `kv.increment`.
-    fn kv_increment(
-        &mut self,
-        key: String,
-        delta: i64,
-        ttl_seconds: Option<u32>,
-    ) -> BoxFuture<'_, Result<i64, HostCallError>>;
-    /// `kv.compare-and-set`.
-    fn kv_compare_and_set(
-        &mut self,
-        key: String,
-        expected: Option<String>,
-        value: String,
-        ttl_seconds: Option<u32>,
-    ) -> BoxFuture<'_, Result<bool, HostCallError>>;
-    /// `http.send`.
-    fn http_send(
-        &mut self,
-        request: HttpRequest,
-    ) -> BoxFuture<'_, Result<HttpResponse, HostCallError>>;
-}
-
-/// The store data of one call.
-pub(crate) struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: CallLimiter,
-    plugin: Arc<str>,
-    stderr: MemoryOutputPipe,
-    services: Option<Box<dyn HandlerServices>>,
-    log: LogBudget,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl router_world::outbox::plugin::types::Host for HostState {}
-
-impl router_world::outbox::plugin::log::Host for HostState {
-    async fn write(&mut self, level: router_world::outbox::plugin::log::Level, message: String) {
-        use router_world::outbox::plugin::log::Level;
-        let budget = &mut self.log;
-        if budget.messages >= MAX_LOG_MESSAGES_PER_CALL || budget.bytes >= MAX_LOG_BYTES_PER_CALL {
-            // Spent: drop without looking at the message.
-            budget.dropped += 1;
-            return;
-        }
-        let message = sanitize_log_message(&message);
-        if budget.bytes + message.len() > MAX_LOG_BYTES_PER_CALL {
-            budget.bytes = MAX_LOG_BYTES_PER_CALL;
-            budget.dropped += 1;
-            return;
-        }
-        budget.messages += 1;
-        budget.bytes += message.len();
-        let plugin = &*self.plugin;
-        match level {
-            Level::Trace => tracing::trace!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Debug => tracing::debug!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Info => tracing::info!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Warn => tracing::warn!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Error => tracing::error!(target: "outbox::plugin", plugin, "{message}"),
-        }
-    }
-}
-
-fn unavailable(what: &str) -> HostCallError {
-    HostCallError::Denied(format!(
-        "{what} is not available outside a receiver (offline call)"
-    ))
-}
-
-impl handler_world::outbox::plugin::publish::Host for HostState {
-    async fn send(&mut self, event: WitNewEvent) -> Result<i64, HostCallError> {
-        match &mut self.services {
-            Some(s) => s.publish(event).await,
-            None => Err(unavailable("publish")),
-        }
-    }
-}
-
-impl handler_world::outbox::plugin::kv::Host for HostState {
-    async fn get(&mut self, key: String) -> Result<Option<String>, HostCallError> {
-        match &mut self.services {
-            Some(s) => s.kv_get(key).await,
-            None => Err(unavailable("kv")),
-        }
-    }
-    async fn set(
-        &mut self,
-        key: String,
-        value: String,
-        ttl_seconds: Option<u32>,
-    ) -> Result<(), HostCallError> {
-        match &mut self.services {
-            Some(s) => s.kv_set(key, value, ttl_seconds).await,
-            None => Err(unavailable("kv")),
-        }
-    }
-    async fn delete(&mut self, key: String) -> Result<bool, HostCallError> {
-        match &mut self.services {
-            Some(s) => s.kv_delete(key).await,
-            None => Err(unavailable("kv")),
-        }
-    }
-    async fn increment(
-        &mut self,
-        key: String,
-        delta: i64,
-        ttl_seconds: Option<u32>,
-    ) -> Result<i64, HostCallError> {
-        match &mut self.services {
-            Some(s) => s.kv_increment(key, delta, ttl_seconds).await,
-            None => Err(unavailable("kv")),
-        }
-    }
-    async fn compare_and_set(
-        &mut self,
-        key: String,
-        expected: Option<String>,
-        value: String,
-        ttl_seconds: Option<u32>,
-    ) -> Result<bool, HostCallError> {
-        match &mut self.services {
-            Some(s) => {
-                s.kv_compare_and_set(key, expected, value, ttl_seconds)
-                    .await
-            }
-            None => Err(unavailable("kv")),
-        }
-    }
-}
-
-impl handler_world::outbox::plugin::http::Host for HostState {
-    async fn send(&mut self, request: HttpRequest) -> Result<HttpResponse, HostCallError> {
-        match &mut self.services {
-            Some(s) => s.http_send(request).await,
-            None => Err(unavailable("http")),
-        }
-    }
 }
 
 /// A compiled, pre-linked plugin ready to instantiate per call.
@@ -769,21 +600,6 @@ fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
-/// One line for the log messages a call dropped over its budget.
-fn report_dropped_logs(plugin: &str, log: &LogBudget) {
-    if log.dropped > 0 {
-        metrics::counter!("outbox_plugin_log_dropped_total", "plugin" => plugin.to_string())
-            .increment(log.dropped as u64);
-        tracing::warn!(
-            target: "outbox::plugin",
-            plugin,
-            dropped = log.dropped,
-            "log budget exceeded: {} messages of this call dropped (budget: {MAX_LOG_MESSAGES_PER_CALL} messages, {MAX_LOG_BYTES_PER_CALL} bytes per call)",
-            log.dropped
-        );
-    }
-}
-
 /// Drive a plugin call's future to completion on the current thread, which should be a
 /// blocking thread (`spawn_blocking`, or a thread outside any runtime): the guest runs on this
 /// thread. Inside a tokio runtime it uses the runtime's timers and I/O (the receiver's Redis and
@@ -823,90 +639,6 @@ pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, PluginEr
         Err(e) => Err(PluginError::Engine(format!(
             "no tokio runtime to run a plugin call on: {e}"
         ))),
-    }
-}
-
-/// Bytes at the start of each pooled linear memory reset in place (not decommitted) when its
-/// slot is given back: a Rust guest's 1 MiB stack and its small heap.
-const KEEP_RESIDENT_MEMORY_BYTES: usize = 2 << 20;
-
-/// Bytes of each pooled table reset in place when its slot is given back.
-const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
-
-/// Slots not in use whose memory stays resident (each holds only the pages its last call
-/// touched, up to [`KEEP_RESIDENT_MEMORY_BYTES`]).
-const MAX_WARM_SLOTS: u32 = 32;
-
-fn engine_config(pooling: bool) -> wasmtime::Config {
-    let mut config = wasmtime::Config::new();
-    config.wasm_component_model(true);
-    config.consume_fuel(true);
-    config.epoch_interruption(true);
-    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
-    if pooling {
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(POOL_COMPONENT_INSTANCES)
-            .total_core_instances(POOL_CORE_INSTANCES)
-            .total_memories(POOL_MEMORIES)
-            .total_tables(POOL_TABLES)
-            .max_memory_size((MAX_MEMORY_MB as usize) << 20)
-            // A slot given back is reset for the next call by rewriting only the pages the last
-            // call touched (found with the PAGEMAP_SCAN ioctl where the kernel has it, Linux
-            // 6.7+), instead of `madvise` on the whole memory: the madvise, the TLB shootdown
-            // it sends to every other core and the page faults that refill the memory were
-            // about a quarter of a receiver's CPU. What a call left behind is gone either way.
-            .pagemap_scan(wasmtime::Enabled::Auto)
-            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY_BYTES)
-            .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES)
-            // Bounds the memory kept resident by slots not in use.
-            .max_unused_warm_slots(MAX_WARM_SLOTS);
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    }
-    config
-}
-
-/// A readable account of a failed call: which limit was hit, or the trap and what the guest
-/// printed to stderr (a Rust panic message, say).
-fn describe_failure(
-    error: &wasmtime::Error,
-    limits: &PluginLimits,
-    store: &Store<HostState>,
-) -> String {
-    let mut message = match error.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => format!(
-            "ran out of fuel ({} units per call): an endless loop?",
-            limits.fuel
-        ),
-        Some(Trap::Interrupt) => format!(
-            "exceeded its time limit of {} ms",
-            limits.timeout.as_millis()
-        ),
-        _ if store.data().limiter.exceeded.is_some() => {
-            store.data().limiter.exceeded.clone().unwrap_or_default()
-        }
-        Some(trap) => format!("trapped: {trap}"),
-        None => {
-            let root = error.root_cause().to_string();
-            let root = root.lines().next().unwrap_or_default();
-            format!("failed: {root}")
-        }
-    };
-    push_stderr(&mut message, &store.data().stderr);
-    message
-}
-
-/// Append what the guest printed to stderr (a Rust panic message, say), clipped.
-fn push_stderr(message: &mut String, stderr: &MemoryOutputPipe) {
-    let stderr = stderr.contents();
-    let stderr = String::from_utf8_lossy(&stderr);
-    let stderr: Vec<&str> = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
-        .collect();
-    let stderr = stderr.join(" ");
-    if !stderr.is_empty() {
-        let tail: String = stderr.chars().take(600).collect();
-        message.push_str(&format!(" (guest stderr: {tail})"));
     }
 }
 

@@ -1,12 +1,15 @@
 //! Limits of one plugin call, and bounds on what a guest hands back: the per-plugin limits
 //! (`fuel`, `memory_mb`, `timeout_ms`, `max_concurrency`), the per-call caps and the pool sizes
 //! they are checked against, the call slots of a plugin, the resource limiter of a call's store,
-//! the per-call log budget, and how a guest's log message is made fit to keep (a reason is
-//! bounded by [`crate::naming::bounded_reason`]). The engine (`engine.rs`) applies them; nothing
+//! the per-call log budget, how a guest's log message is made fit to keep (a reason is
+//! bounded by [`crate::naming::bounded_reason`]), and the engine's wasmtime configuration (the
+//! pooling allocator those pool sizes configure). The engine (`engine.rs`) applies them; nothing
 //! here runs WebAssembly.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// Per-call limits of one plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,6 +269,47 @@ pub fn sanitize_log_message(message: &str) -> String {
         }
     }
     out
+}
+
+/// Bytes at the start of each pooled linear memory reset in place (not decommitted) when its
+/// slot is given back: a Rust guest's 1 MiB stack and its small heap.
+const KEEP_RESIDENT_MEMORY_BYTES: usize = 2 << 20;
+
+/// Bytes of each pooled table reset in place when its slot is given back.
+const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
+
+/// Slots not in use whose memory stays resident (each holds only the pages its last call
+/// touched, up to [`KEEP_RESIDENT_MEMORY_BYTES`]).
+const MAX_WARM_SLOTS: u32 = 32;
+
+/// The wasmtime configuration of the process's engine: component model, fuel, epoch
+/// interruption and, when `pooling`, the pooling allocator sized by the pool constants above.
+pub(super) fn engine_config(pooling: bool) -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    if pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(POOL_COMPONENT_INSTANCES)
+            .total_core_instances(POOL_CORE_INSTANCES)
+            .total_memories(POOL_MEMORIES)
+            .total_tables(POOL_TABLES)
+            .max_memory_size((MAX_MEMORY_MB as usize) << 20)
+            // A slot given back is reset for the next call by rewriting only the pages the last
+            // call touched (found with the PAGEMAP_SCAN ioctl where the kernel has it, Linux
+            // 6.7+), instead of `madvise` on the whole memory: the madvise, the TLB shootdown
+            // it sends to every other core and the page faults that refill the memory were
+            // about a quarter of a receiver's CPU. What a call left behind is gone either way.
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY_BYTES)
+            .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES)
+            // Bounds the memory kept resident by slots not in use.
+            .max_unused_warm_slots(MAX_WARM_SLOTS);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod bindings;
 pub mod compile_cache;
 pub mod engine;
 pub mod files;
+mod host_state;
 pub mod legacy;
 pub mod limits;
 pub mod loaded;

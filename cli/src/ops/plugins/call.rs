@@ -552,7 +552,7 @@ pub fn call_plugin_file(
             ));
             let services = host.services(plugin.clone(), (&delivery.event).into());
             let started = Instant::now();
-            let outcome = plugin.call_handler(Some(Box::new(services)), &delivery);
+            let outcome = plugin.call_handler(Some(services), &delivery);
             let call_time = started.elapsed();
             let state = host.state();
             // The host calls show even when the call failed: they explain what it tried.

@@ -6,25 +6,29 @@
 //! parsed), a child's generation (its parent's + 1, refused past `OUTBOX_MAX_EVENT_GENERATION`:
 //! that ends a handler feedback loop, and the receiver dead-letters the delivery), deterministic
 //! child dispatch keys (so a redelivery does not duplicate children; one handler run's keys are
-//! distinct from another run's, see [`run_key`]), the headers a child inherits, and the short
-//! transaction that inserts one event with a deadline. It never lets a plugin choose a child's
+//! distinct from another run's, see [`run_key`]), the headers a child inherits, and the one
+//! checked entry point, [`Children::send`], through which every child reaches a
+//! [`PublishBackend`]: [`postgres`] in a receiver (the short transaction that inserts it), the
+//! [`recorder`] in an offline call. It never lets a plugin choose a child's
 //! dispatch key, generation, causation headers or trace headers, never puts a child into another
 //! tenant than its parent's unless the policy allowed that tenant, never lets one delivery
 //! publish more than [`MAX_PUBLISH_CALLS_PER_DELIVERY`] times, never parses a payload or headers
 //! text over its bound, and never inserts before the policy allowed it.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
 
-use super::{clip, DeliveryScope};
+use super::clip;
+use super::policy::gate::Gate;
 use crate::plugin::bindings::handler_world::outbox::plugin::publish as wit_publish;
 use crate::plugin::bindings::{HostCallError, WitEvent};
-use crate::publish::{
-    publish_as, validate_as, validate_event_type, NewEvent, Publisher, MAX_KEY_BYTES,
-};
+use crate::publish::{validate_as, validate_event_type, NewEvent, Publisher, MAX_KEY_BYTES};
 use crate::queue::KeyLayout;
+
+pub(crate) mod postgres;
+pub(crate) mod recorder;
 
 /// The capability name the policy is asked about.
 pub const CAPABILITY: &str = "publish";
@@ -41,9 +45,6 @@ pub const MAX_TENANT_BYTES: usize = 255;
 
 /// Longest headers text a handler may give a child, bytes (checked before it is parsed).
 pub const MAX_CHILD_HEADERS_BYTES: usize = 64 * 1024;
-
-/// Deadline of one outbox insert issued for a plugin.
-const DB_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The event being handled: the parent of whatever the handler publishes.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,13 +127,27 @@ pub fn run_key(handler: &str, queue: &str, layout: KeyLayout) -> String {
     }
 }
 
-/// A child ready to insert: the event and its generation.
+/// A child ready to insert: the event, its generation and the publish call that made it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PreparedChild {
     /// The event.
     pub(crate) event: NewEvent,
     /// Its generation (its parent's + 1).
     pub(crate) generation: i32,
+    /// The 0-based number of the publish call of its delivery that made it.
+    pub(crate) index: u32,
+}
+
+/// Where the children of a delivery go: the outbox table in a receiver
+/// ([`postgres::PostgresPublish`]), a record in an offline call ([`recorder::Recorder`]).
+/// Reached only through [`Children::send`], with children that passed the checks and the policy.
+pub(crate) trait PublishBackend: Send + Sync {
+    /// Insert `child` (made under `rules`); its id (on redelivery, the existing one).
+    fn insert<'a>(
+        &'a self,
+        child: PreparedChild,
+        rules: &'a ChildRules,
+    ) -> BoxFuture<'a, Result<i64, String>>;
 }
 
 /// What one delivery's publish calls left behind, shared with the receiver: it stays readable
@@ -146,9 +161,8 @@ pub(crate) struct PublishedChildren {
     pub(crate) generation_refused: Option<String>,
 }
 
-/// Who decides whether a host call of one delivery may happen: the receiver's
-/// [`DeliveryScope`] (the policy, and the denial's audit event) or the offline host's services
-/// (the policy, and the denial recorded).
+/// Who decides whether a host call of one delivery may happen: the delivery's [`Gate`] (the
+/// policy, and what a denial leaves behind), or a stand-in in tests.
 pub(crate) trait AskPolicy: Sync {
     /// `Ok` when `capability` on `target` is allowed, else the denial (or a malformed request).
     fn ask(
@@ -156,16 +170,6 @@ pub(crate) trait AskPolicy: Sync {
         capability: &'static str,
         target: &str,
     ) -> impl std::future::Future<Output = Result<(), HostCallError>> + Send;
-}
-
-impl AskPolicy for DeliveryScope {
-    fn ask(
-        &self,
-        capability: &'static str,
-        target: &str,
-    ) -> impl std::future::Future<Output = Result<(), HostCallError>> + Send {
-        self.authorize(capability, target)
-    }
 }
 
 /// The children one delivery has published so far: the call index (each call, whatever its
@@ -177,27 +181,22 @@ pub(crate) struct Children {
 }
 
 impl Children {
-    /// Publish calls made so far (each took an index, whatever its outcome).
-    pub(crate) fn calls_made(&self) -> u32 {
-        self.next_index
-    }
-
     /// What the publish calls left behind (ids, a refusal for depth), shared.
     pub(crate) fn published_handle(&self) -> Arc<Mutex<PublishedChildren>> {
         self.published.clone()
     }
 
-    /// `publish.send`: check the grant, build the child (dispatch key, generation, inherited
-    /// headers and tenant), validate it and insert it.
+    /// The checked entry point of `publish` (`publish.send`): check the child and ask `gate`
+    /// ([`prepare`](Self::prepare)), then insert it with `backend`.
     pub(crate) async fn send(
         &mut self,
-        scope: &DeliveryScope,
+        gate: &Gate,
+        backend: &dyn PublishBackend,
         event: wit_publish::NewEvent,
     ) -> Result<i64, HostCallError> {
-        let child = self
-            .prepare(&scope.parent, &scope.rules, event, scope)
-            .await?;
-        let id = insert(scope, child.event, child.generation)
+        let child = self.prepare(&gate.parent, &gate.rules, event, gate).await?;
+        let id = backend
+            .insert(child, &gate.rules)
             .await
             .map_err(HostCallError::Failed)?;
         if let Ok(mut published) = self.published.lock() {
@@ -212,7 +211,7 @@ impl Children {
     /// the type, the tenant and the sizes of the payload and headers texts (before parsing
     /// them), ask `policy` about the type and, for another tenant, about that tenant, then build
     /// the child of `parent` under `rules` (its dispatch key, inherited headers and tenant) and
-    /// validate it. The offline host ([`super::offline`]) builds its children with it too.
+    /// validate it.
     pub(crate) async fn prepare(
         &mut self,
         parent: &ParentEvent,
@@ -270,6 +269,7 @@ impl Children {
         Ok(PreparedChild {
             event: child,
             generation,
+            index,
         })
     }
 }
@@ -364,36 +364,6 @@ pub(crate) fn child_tenant(
     }
 }
 
-/// Insert one host event (a child or a denial: reserved key prefixes allowed) of generation
-/// `generation` in its own short transaction; the existing id when its dispatch key already
-/// names the same event.
-pub(crate) async fn insert(
-    scope: &DeliveryScope,
-    event: NewEvent,
-    generation: i32,
-) -> Result<i64, String> {
-    let pool = &scope.host.pool;
-    let limit = scope.rules.max_payload_bytes.max(1024);
-    let work = async move {
-        let mut tx = pool.begin().await.map_err(|e| format!("publish: {e}"))?;
-        let id = publish_as(&mut tx, event, limit, Publisher::Host, generation)
-            .await
-            .map_err(|e| e.to_string())?;
-        tx.commit()
-            .await
-            .map_err(|e| format!("publish: commit: {e}"))?;
-        Ok(id)
-    };
-    tokio::time::timeout(DB_DEADLINE, work)
-        .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "publish: the database did not answer within {} s",
-                DB_DEADLINE.as_secs()
-            ))
-        })
-}
-
 /// A child's headers: the parent's (anything but an object counts as `{}`), then the child's
 /// own, then the causation fields (which a plugin cannot override). The trace headers are the
 /// host's too: the publishing span's context when spans are exported, else the parent's
@@ -447,253 +417,4 @@ pub(crate) fn bounded_dispatch_key(key: String) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::capability::policy::denial_dispatch_key;
-
-    #[test]
-    fn dispatch_keys_are_deterministic_and_bounded() {
-        assert_eq!(
-            child_dispatch_key(42, "workflow-trigger", 0),
-            "child:42:workflow-trigger:0"
-        );
-        assert_eq!(denial_dispatch_key(42, "h", "kv", "k"), "denied:42:h:kv:k");
-        let long = "k".repeat(2000);
-        let a = denial_dispatch_key(42, "h", "kv", &long);
-        let b = denial_dispatch_key(42, "h", "kv", &format!("{long}x"));
-        assert!(a.len() <= 512 && b.len() <= 512, "{}", a.len());
-        assert_ne!(a, b);
-        assert_eq!(a, denial_dispatch_key(42, "h", "kv", &long));
-        let spaced = denial_dispatch_key(42, "h", "kv", "a key\n");
-        assert!(spaced.starts_with("denied:42:h:kv:sha256:"), "{spaced}");
-        assert!(spaced.bytes().all(|b| b.is_ascii_graphic()), "{spaced}");
-    }
-
-    #[test]
-    fn children_stay_in_the_parents_tenant_unless_checked() {
-        assert_eq!(child_tenant(Some("acme"), None), Ok(TenantCheck::Parent));
-        assert_eq!(
-            child_tenant(Some("acme"), Some("acme")),
-            Ok(TenantCheck::Parent)
-        );
-        assert_eq!(child_tenant(None, None), Ok(TenantCheck::Parent));
-        assert_eq!(
-            child_tenant(Some("acme"), Some("globex")),
-            Ok(TenantCheck::Other("globex".into()))
-        );
-        assert_eq!(
-            child_tenant(None, Some("acme")),
-            Ok(TenantCheck::Other("acme".into()))
-        );
-        assert!(child_tenant(Some("acme"), Some("")).is_err());
-        assert!(child_tenant(None, Some(&"t".repeat(MAX_TENANT_BYTES + 1))).is_err());
-    }
-
-    #[test]
-    fn the_publish_budget_ends_at_the_limit() {
-        assert!(check_budget(0).is_ok());
-        assert!(check_budget(MAX_PUBLISH_CALLS_PER_DELIVERY - 1).is_ok());
-        let err = check_budget(MAX_PUBLISH_CALLS_PER_DELIVERY).unwrap_err();
-        assert!(err.contains("at most 1000 events"), "{err}");
-        assert!(check_budget(u32::MAX).is_err());
-    }
-
-    #[test]
-    fn child_headers_keep_the_parent_and_cannot_forge_causation() {
-        let mut headers = serde_json::json!({"traceparent": "00-abc", "x": 1})
-            .as_object()
-            .unwrap()
-            .clone();
-        let extra =
-            serde_json::json!({"x": 2, "parent_event_id": 999, "causation_handler": "evil"})
-                .as_object()
-                .cloned();
-        merge_headers(&mut headers, extra, 7, "h");
-        assert_eq!(
-            serde_json::Value::Object(headers),
-            serde_json::json!({"traceparent": "00-abc", "x": 2, "parent_event_id": 7, "causation_handler": "h"})
-        );
-    }
-
-    /// Allows every call, counting them.
-    #[derive(Default)]
-    struct AllowAll(std::sync::atomic::AtomicU32);
-
-    impl AllowAll {
-        fn asked(&self) -> u32 {
-            self.0.load(std::sync::atomic::Ordering::SeqCst)
-        }
-    }
-
-    impl AskPolicy for AllowAll {
-        fn ask(
-            &self,
-            _capability: &'static str,
-            _target: &str,
-        ) -> impl std::future::Future<Output = Result<(), HostCallError>> + Send {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            std::future::ready(Ok(()))
-        }
-    }
-
-    fn parent() -> ParentEvent {
-        ParentEvent {
-            id: 7,
-            event_type: "loop.ping".into(),
-            tenant_id: None,
-            headers: "{}".into(),
-            generation: 0,
-        }
-    }
-
-    fn rules(max_payload_bytes: usize) -> ChildRules {
-        ChildRules {
-            handler: "h".into(),
-            run_key: "h".into(),
-            max_payload_bytes,
-            max_generation: 8,
-        }
-    }
-
-    fn new_event(payload: String, headers: Option<String>) -> wit_publish::NewEvent {
-        wit_publish::NewEvent {
-            event_type: "loop.ping".into(),
-            payload,
-            tenant_id: None,
-            headers,
-        }
-    }
-
-    fn failure(result: Result<PreparedChild, HostCallError>) -> String {
-        match result {
-            Err(HostCallError::Failed(message)) => message,
-            other => panic!("expected a failure, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn oversized_payload_and_headers_texts_are_refused_by_size_before_they_are_parsed() {
-        let limit = 1024;
-        let policy = AllowAll::default();
-        // Too long and not JSON either: the size is what is reported.
-        let not_json = "{".repeat(limit + 1);
-        let error = failure(
-            Children::default()
-                .prepare(&parent(), &rules(limit), new_event(not_json, None), &policy)
-                .await,
-        );
-        assert!(
-            error.contains("is 1025 bytes, over the limit of 1024 bytes"),
-            "{error}"
-        );
-        let headers = "[".repeat(MAX_CHILD_HEADERS_BYTES + 1);
-        let error = failure(
-            Children::default()
-                .prepare(
-                    &parent(),
-                    &rules(limit),
-                    new_event("{}".into(), Some(headers)),
-                    &policy,
-                )
-                .await,
-        );
-        assert!(
-            error.contains(&format!(
-                "headers of loop.ping are {} bytes, over the limit of {MAX_CHILD_HEADERS_BYTES} bytes",
-                MAX_CHILD_HEADERS_BYTES + 1
-            )),
-            "{error}"
-        );
-        assert_eq!(policy.asked(), 0, "refused before the policy was asked");
-        // Within the bounds the same texts are parsed, and refused as what they are.
-        let error = failure(
-            Children::default()
-                .prepare(
-                    &parent(),
-                    &rules(limit),
-                    new_event("{".repeat(limit), None),
-                    &policy,
-                )
-                .await,
-        );
-        assert!(error.contains("is not valid JSON"), "{error}");
-    }
-
-    #[tokio::test]
-    async fn a_child_is_one_generation_deeper_and_refused_past_the_limit() {
-        let policy = AllowAll::default();
-        let mut children = Children::default();
-        let child = children
-            .prepare(
-                &parent().with_generation(7),
-                &rules(1024),
-                new_event("{}".into(), None),
-                &policy,
-            )
-            .await
-            .unwrap();
-        assert_eq!(child.generation, 8);
-        assert_eq!(child.event.dispatch_key.as_deref(), Some("child:7:h:0"));
-        assert_eq!(
-            children
-                .published_handle()
-                .lock()
-                .unwrap()
-                .generation_refused,
-            None
-        );
-
-        let error = failure(
-            children
-                .prepare(
-                    &parent().with_generation(8),
-                    &rules(1024),
-                    new_event("{}".into(), None),
-                    &policy,
-                )
-                .await,
-        );
-        for needle in [
-            "refused loop.ping: event 7 is generation 8",
-            "OUTBOX_MAX_EVENT_GENERATION = 8",
-        ] {
-            assert!(error.contains(needle), "{needle:?} in {error}");
-        }
-        assert_eq!(
-            children
-                .published_handle()
-                .lock()
-                .unwrap()
-                .generation_refused,
-            Some(error),
-            "kept for the receiver to dead-letter the delivery"
-        );
-        assert_eq!(
-            policy.asked(),
-            1,
-            "the refused call never reached the policy"
-        );
-        // A generation the host never stores (negative) counts as 0.
-        assert_eq!(
-            child_generation(&parent().with_generation(-3), "a.b", 8),
-            Ok(1)
-        );
-    }
-
-    #[test]
-    fn one_handlers_runs_on_two_queues_of_a_cluster_key_their_children_apart() {
-        use crate::queue::KeyLayout;
-        assert_eq!(
-            run_key("hook-probe", "outbox.a", KeyLayout::Classic),
-            "hook-probe"
-        );
-        let a = run_key("hook-probe", "outbox.a", KeyLayout::Slotted);
-        let b = run_key("hook-probe", "outbox.b", KeyLayout::Slotted);
-        assert_eq!(a, "hook-probe@outbox.a");
-        assert_eq!(
-            child_dispatch_key(42, &a, 0),
-            "child:42:hook-probe@outbox.a:0"
-        );
-        assert_ne!(child_dispatch_key(42, &a, 0), child_dispatch_key(42, &b, 0));
-    }
-}
+mod tests;
