@@ -24,6 +24,7 @@ mod http;
 mod invoke_jobs;
 mod limits;
 mod max_len;
+mod module_layers;
 mod operators;
 mod ordering;
 mod pause_barrier;

@@ -30,9 +30,7 @@ mod trace;
 pub use access::{
     add_operator, list_operators, print_audit, release_worker, require, revoke_operator,
 };
-pub use contracts::{
-    check_contracts, diff_contract_files, list_contracts, show_contract, EXIT_BREAKING,
-};
+pub use contracts::{check_contracts, diff_contract_files, list_contracts, show_contract};
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use host::{drain, migrate, run_host};

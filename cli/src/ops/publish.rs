@@ -4,7 +4,8 @@
 
 use anyhow::Context;
 use outbox_host::config::Config;
-use outbox_host::{publish, store, NewEvent};
+use outbox_host::publish::{publish_checked, PublishRules};
+use outbox_host::{store, NewEvent};
 
 use crate::opt::{read_payload_arg, PublishArgs};
 
@@ -46,7 +47,7 @@ pub async fn publish(config: &Config, args: PublishArgs) -> anyhow::Result<()> {
     let dispatch_key = event.dispatch_key.clone();
     // Validate before touching the database so bad input never needs a connection.
     // The contracts folder beside routes.toml checks the payload here, before writing.
-    let rules = publish::PublishRules::from_config(config)?;
+    let rules = PublishRules::from_config(config)?;
     rules.validate(&event)?;
     if let Some(warning) = super::no_route_warning(config, &event.event_type) {
         errln!("warning: {warning}");
@@ -54,7 +55,7 @@ pub async fn publish(config: &Config, args: PublishArgs) -> anyhow::Result<()> {
     let pool = store::connect(&config.settings.database_url, 1).await?;
     store::migrate(&pool).await?;
     let mut tx = pool.begin().await?;
-    let published = publish::publish_checked(&mut tx, event, &rules).await?;
+    let published = publish_checked(&mut tx, event, &rules).await?;
     tx.commit().await?;
     if args.json {
         out!(

@@ -8,7 +8,6 @@ use outbox_host::config::{Config, ShownSetting};
 use outbox_host::queue::{
     queue_backlogs_with_consumers, BullmqCounts, QueueBacklog, QueueKeys, StreamConsumers,
 };
-pub use outbox_host::routing::explain_route;
 use outbox_host::store;
 
 /// `outbox stats [--json]`: the status counts (and per-type failures, ordering keys blocked by a

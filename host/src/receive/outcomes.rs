@@ -25,8 +25,8 @@ use super::finish_batches::{finish_invocation, FinishBatches, PendingFinish};
 use super::receipts::{HandlerRun, ReceiptUpdate};
 use super::{blips, ctx, HandledAs, QueueEntry, ReceiveError, CONSUMER_GROUP};
 use crate::config::Settings;
-use crate::queue::QueueKeys;
 use crate::queue::receipt::RECEIPT_FIELD;
+use crate::queue::QueueKeys;
 use crate::reconnect::retry_blips;
 use crate::redis_conn::RedisConn;
 

@@ -71,7 +71,6 @@ impl HandlerRun {
     }
 }
 
-
 /// A receipts stream entry as JSON: short field names, as a queue entry's are kept short.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "k", rename_all = "snake_case")]

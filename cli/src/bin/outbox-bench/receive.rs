@@ -12,7 +12,7 @@ use outbox_host::live_config::LiveConfig;
 use outbox_host::plugin::bindings::{Delivery, Outcome};
 use outbox_host::plugin::wit_event::to_wit_event;
 use outbox_host::queue::{QueueEntry, QueueKeys, CONSUMER_GROUP};
-use outbox_host::receive::{write_receipts, HandledAs, Receipt, Receivers, Settled, RECEIPT_BATCH};
+use outbox_host::receive::{write_receipts, HandledAs, Receipt, Settled, RECEIPT_BATCH};
 use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -107,7 +107,7 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// One [`Receivers`] consuming a pre-filled queue with `concurrency` handlers in flight, until
+/// One [`Receivers`](outbox_host::receive::Receivers) consuming a pre-filled queue with `concurrency` handlers in flight, until
 /// every entry has an `ok` receipt.
 async fn receiver_throughput(
     pool: &PgPool,
@@ -155,7 +155,7 @@ async fn receiver_throughput(
     Ok(rate)
 }
 
-/// Average seconds of [`Receivers::handle_entry`] run on `n` entries one after another (claim,
+/// Average seconds of [`Receivers::handle_entry`](outbox_host::receive::Receivers::handle_entry) run on `n` entries one after another (claim,
 /// handler call, finish script, receipt): the latency of one entry with nothing else running.
 async fn serial_handle_entry(
     pool: &PgPool,
@@ -278,7 +278,7 @@ async fn receipt_batch_cost(pool: &PgPool) -> anyhow::Result<f64> {
 }
 
 /// Average seconds of the receiver's two Redis round trips per entry, one at a time:
-/// [`Receivers::claim_entry`] (the idempotency claim) and [`Receivers::finish_ok`] (the `done`
+/// [`Receivers::claim_entry`](outbox_host::receive::Receivers::claim_entry) (the idempotency claim) and [`Receivers::finish_ok`](outbox_host::receive::Receivers::finish_ok) (the `done`
 /// marker and `XACK` in one step).
 async fn redis_bookkeeping_cost(
     pool: &PgPool,
