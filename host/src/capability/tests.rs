@@ -182,7 +182,7 @@ async fn the_same_checks_refuse_the_same_calls_with_a_receivers_and_an_offline_b
     let offline = refused_by_checks(&mut memory).await;
     assert_eq!(by_receiver, offline);
     for answer in &by_receiver {
-        assert!(answer.starts_with("Err(Failed("), "{answer}");
+        assert!(answer.starts_with("Err(HostError::Failed("), "{answer}");
     }
     // Nothing reached either backend: no Redis key, no kv value, nothing published or sent;
     // the offline call wrote each refusal down.
@@ -217,7 +217,7 @@ async fn the_same_policy_denies_the_same_calls_with_a_receivers_and_an_offline_b
             ),
         ];
         for answer in answers {
-            assert_eq!(answer, "Err(Denied(\"not in this test\"))");
+            assert_eq!(answer, "Err(HostError::Denied(\"not in this test\"))");
         }
     }
     assert!(kv_keys(&prefix).is_empty());
