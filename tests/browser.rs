@@ -2,6 +2,10 @@
 //! `chromedriver` (both installed by `scripts/test.sh`) with WebDriver, plus what the tests check
 //! on every page: a screenshot saved under the test's output folder, text on the page, and no
 //! error in the browser's console.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -2,6 +2,10 @@
 //! `bullmq` package pinned there, installed by the README test command) run as a child process,
 //! talking JSON lines: what its workers processed, what its `QueueEvents` saw, and answers to
 //! commands (`inspect` with `getJobCounts`/`getJob`, `add` as a Node dispatcher would, `pause`).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,10 @@
 //! PostgreSQL (a fresh database from `sqlx::test`) and the real Redis (a unique key prefix), and
 //! a TCP proxy that can cut Redis off and bring it back, and real faults aimed at one test's host
 //! only (its Redis connections killed, its PostgreSQL backends terminated or refused).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 
 pub mod browser;
 pub mod bullmq_app;

@@ -1,7 +1,10 @@
 //! A real `outbox run` dispatching into BullMQ queues, SIGKILLed while events flow and started
 //! again, with the real `bullmq` Worker (interop/bullmq) processing the jobs: every event is
 //! processed exactly once, and every event ends `done`.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 // A test crate: a failed unwrap is a failed test, with the reason in the panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -12,7 +12,10 @@
 //! command). The full run (100,000 events, every fault, at least 10 kills) is
 //! `scripts/chaos.sh`, i.e. `OUTBOX_CHAOS_EVENTS=100000 cargo test -p outbox-cli --test chaos --
 //! --ignored --nocapture`.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 // A test crate: a failed unwrap is a failed test, with the reason in the panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

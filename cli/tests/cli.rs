@@ -2,7 +2,10 @@
 //!
 //! One test binary, one module per subject under `cli/`; the helpers they share (running the
 //! binary, the test database's URL, reading its output) are here.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 // A test crate: a failed unwrap is a failed test, with the reason in the panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,9 @@
 //! `outbox contracts` and contract checks on `outbox publish`: readable errors, exit codes a
 //! producer's CI can use, and nothing written for a payload that breaks its contract.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 // A test crate: a failed unwrap is a failed test, with the reason in the panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

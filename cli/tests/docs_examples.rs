@@ -14,7 +14,10 @@
 //!   its `#anchor`, if any, is a heading of the target (GitHub's anchor rule).
 //!
 //! Never touches a database or Redis: the checks read `--help`, the runs have no services.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 // A test crate: a failed unwrap is a failed test, with the reason in the panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -2,7 +2,10 @@
 //! `outbox plugins new` (its template's dependencies only, built for wasm32-wasip2): what a
 //! plugin author pastes into a fresh crate works. The SDK's own doc tests cannot show this,
 //! since they see the SDK's dependencies too.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 // A test crate: a failed unwrap is a failed test, with the reason in the panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -29,11 +29,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tx.commit().await?;
 
     for _ in 0..100 {
-        let status: String = sqlx::query_scalar("SELECT status FROM outbox_event WHERE id = $1")
-            .bind(id)
-            .fetch_one(&pool)
-            .await?;
-        if status == "done" {
+        let event = outbox_host::store::traced_event(&pool, id).await?;
+        if event.is_some_and(|e| e.status == "done") {
             println!("event {id} handed to outbox.mail");
             break;
         }

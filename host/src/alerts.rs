@@ -20,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::live_config::LiveConfig;
-use crate::queue::{QueueKeys, CONSUMER_GROUP};
+use crate::numeric::{figure, len_figure, signed_figure};
+use crate::queue::QueueKeys;
 use crate::store;
 
 /// The advisory lock key of the alerting host (any host of one database contends for it).
-pub const ALERT_LOCK: i64 = 0x6f75_7462_6f78_0001;
+pub use crate::store::ALERT_LOCK;
 
 /// Pending events count as old after this long (the backlog alert counts only those).
 pub const PENDING_OLD_AFTER: Duration = Duration::from_secs(60);
@@ -82,9 +83,9 @@ pub struct Observation {
     /// Events in `failed`.
     pub failed: i64,
     /// Entries in each handler-bound queue's dead-letter stream.
-    pub dead_letters: BTreeMap<String, i64>,
+    pub dead_letters: BTreeMap<String, u64>,
     /// Entries of each handler-bound queue unacknowledged longer than the receiver lease.
-    pub stalled: BTreeMap<String, i64>,
+    pub stalled: BTreeMap<String, u64>,
     /// Hosts whose heartbeat stopped, with seconds since it did.
     pub dead_hosts: BTreeMap<String, i64>,
 }
@@ -250,42 +251,23 @@ pub async fn observe(
         ..Observation::default()
     };
     for queue in queues {
-        let dead: i64 = redis::cmd("XLEN")
-            .arg(keys.dead_letter_stream(queue))
-            .query_async(redis)
-            .await?;
-        seen.dead_letters.insert(queue.clone(), dead);
-        let stalled: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XPENDING")
-            .arg(keys.stream(queue))
-            .arg(CONSUMER_GROUP)
-            .arg("IDLE")
-            .arg(receiver_lease.as_millis() as u64)
-            .arg("-")
-            .arg("+")
-            .arg(1000)
-            .query_async(redis)
-            .await;
-        let stalled = match stalled {
-            Ok(entries) => entries.len() as i64,
-            // No stream or no group yet: nothing delivered, nothing stalled.
-            Err(e) if e.code() == Some("NOGROUP") => 0,
-            Err(e) => return Err(e.into()),
-        };
-        seen.stalled.insert(queue.clone(), stalled);
+        let read = crate::queue::stalled_and_dead(redis, keys, queue, receiver_lease).await?;
+        seen.dead_letters.insert(queue.clone(), read.dead_letters);
+        seen.stalled.insert(queue.clone(), read.stalled);
     }
     Ok(seen)
 }
 
 /// Set the gauges of `seen` and of the alerts firing in `book`.
 fn export(seen: &Observation, book: &AlertBook) {
-    metrics::gauge!("outbox_alert_pending_old_events").set(seen.pending_old as f64);
-    metrics::gauge!("outbox_alert_failed_events").set(seen.failed as f64);
-    metrics::gauge!("outbox_alert_dead_hosts").set(seen.dead_hosts.len() as f64);
+    metrics::gauge!("outbox_alert_pending_old_events").set(signed_figure(seen.pending_old));
+    metrics::gauge!("outbox_alert_failed_events").set(signed_figure(seen.failed));
+    metrics::gauge!("outbox_alert_dead_hosts").set(len_figure(seen.dead_hosts.len()));
     for (queue, n) in &seen.dead_letters {
-        metrics::gauge!("outbox_dead_letter_entries", "queue" => queue.clone()).set(*n as f64);
+        metrics::gauge!("outbox_dead_letter_entries", "queue" => queue.clone()).set(figure(*n));
     }
     for (queue, n) in &seen.stalled {
-        metrics::gauge!("outbox_stalled_entries", "queue" => queue.clone()).set(*n as f64);
+        metrics::gauge!("outbox_stalled_entries", "queue" => queue.clone()).set(figure(*n));
     }
     for alert in Alert::ALL {
         let firing = book.firing().contains_key(&alert);
@@ -303,16 +285,16 @@ fn export_queues(backlogs: &[crate::queue::QueueBacklog]) {
     for b in backlogs {
         let queue = b.queue.clone();
         metrics::gauge!("outbox_queue_length", "queue" => queue.clone(), "sink" => b.sink.as_str())
-            .set(b.waiting as f64);
+            .set(figure(b.waiting));
         if let Some(bytes) = b.memory_bytes {
             metrics::gauge!("outbox_queue_memory_bytes", "queue" => queue.clone())
-                .set(bytes as f64);
+                .set(figure(bytes));
         }
         if let Some(c) = &b.consumers {
             metrics::gauge!("outbox_queue_unacked_entries", "queue" => queue.clone())
-                .set(c.pending.unwrap_or(0) as f64);
+                .set(figure(c.pending.unwrap_or(0)));
             metrics::gauge!("outbox_queue_lag_entries", "queue" => queue.clone())
-                .set(c.lag.unwrap_or(0) as f64);
+                .set(figure(c.lag.unwrap_or(0)));
             metrics::gauge!("outbox_queue_oldest_entry_age_seconds", "queue" => queue)
                 .set(c.oldest_entry_age_seconds.unwrap_or(0.0));
         }
@@ -361,10 +343,7 @@ impl AlertLeader {
             self.conn = None;
         }
         let mut c = PgConnection::connect_with(&self.options).await?;
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(ALERT_LOCK)
-            .fetch_one(&mut c)
-            .await?;
+        let got = store::try_advisory_lock(&mut c, ALERT_LOCK).await?;
         if got {
             self.conn = Some(c);
         }
@@ -526,7 +505,7 @@ mod tests {
     fn growing_failures_and_dead_letters_fire_and_clear_once_they_stop_growing() {
         let mut book = AlertBook::default();
         let t = Instant::now();
-        let at = |failed: i64, dead: i64| Observation {
+        let at = |failed: i64, dead: u64| Observation {
             failed,
             dead_letters: BTreeMap::from([("outbox.mail".to_string(), dead)]),
             ..Observation::default()

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, Settings};
 use crate::dispatch::{self, Dispatcher};
 use crate::live_config::LiveConfig;
+use crate::numeric::signed_figure;
 use crate::plugin::{PluginError, PluginRegistry};
 use crate::receive::Receivers;
 use crate::routing::{Router, RouterHandle};
@@ -564,7 +565,7 @@ async fn heartbeat_loop(
                 for r in released {
                     tracing::warn!(host = %r.worker, events = r.events, silent_for = ?store::STALE_HOST_AFTER, "released the claims of a host whose heartbeat stopped");
                     metrics::counter!("outbox_stale_claims_released_total")
-                        .increment(r.events as u64);
+                        .increment(crate::numeric::count(r.events));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "releasing the claims of stale hosts failed"),
@@ -594,10 +595,10 @@ async fn retention_loop(
         }
         match store::status_counts(&pool).await {
             Ok(counts) => {
-                metrics::gauge!("outbox_events_pending").set(counts.pending as f64);
-                metrics::gauge!("outbox_events_failed").set(counts.failed as f64);
+                metrics::gauge!("outbox_events_pending").set(signed_figure(counts.pending));
+                metrics::gauge!("outbox_events_failed").set(signed_figure(counts.failed));
                 metrics::gauge!("outbox_events_pending_older_than_60s")
-                    .set(counts.pending_older_than_60s as f64);
+                    .set(signed_figure(counts.pending_older_than_60s));
                 if counts.pending_older_than_60s > 1000 {
                     tracing::warn!(
                         old_pending = counts.pending_older_than_60s,
@@ -609,7 +610,8 @@ async fn retention_loop(
         }
         match store::ordering_blocked(&pool, 1).await {
             Ok(blocked) => {
-                metrics::gauge!("outbox_ordering_blocked_keys").set(blocked.blocked_keys as f64);
+                metrics::gauge!("outbox_ordering_blocked_keys")
+                    .set(signed_figure(blocked.blocked_keys));
                 metrics::gauge!("outbox_ordering_oldest_blocked_seconds")
                     .set(blocked.oldest_blocked_seconds.unwrap_or_default());
             }

@@ -10,8 +10,8 @@
 //! backoff every loop uses while PostgreSQL or Redis are away, and [`fault`] tells such an
 //! infrastructure blip (retried without counting against any event) from an event's own fault. Operators use the `outbox`
 //! command (crate `outbox-cli`); this library never prints.
-//! [`naming`] holds the naming and bounds rules every floor shares (it imports nothing of the
-//! crate); [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
+//! [`naming`] holds the naming and bounds rules every floor shares and [`numeric`] the number
+//! conversions (both import nothing of the crate); [`config`] reads `routes.toml` and the environment; [`host`] assembles a process; [`http`]
 //! serves metrics and health; [`trace_context`] carries the W3C trace context in `headers`.
 //!
 //! Embedding the dispatcher in an application:
@@ -39,15 +39,40 @@ pub mod host;
 pub mod http;
 pub mod live_config;
 pub mod naming;
+pub mod numeric;
 pub mod plugin;
 pub mod publish;
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a home of raw Redis commands (clippy.toml)"
+)]
 pub mod queue;
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a home of raw Redis commands (clippy.toml)"
+)]
 pub mod queue_pause;
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a home of raw Redis commands (clippy.toml)"
+)]
 pub mod receive;
 pub mod reconnect;
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a home of raw Redis commands (clippy.toml)"
+)]
 pub mod redis_conn;
 pub mod routing;
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a home of raw Redis commands (clippy.toml)"
+)]
 pub mod sink;
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the home of raw SQL (clippy.toml)"
+)]
 pub mod store;
 pub mod trace;
 pub mod trace_context;

@@ -435,47 +435,28 @@ async fn publish_reported_as(
         event_type: event.event_type.clone(),
         source,
     };
-    let inserted: Option<i64> = sqlx::query_scalar(
-        r#"
-        INSERT INTO outbox_event
-            (event_type, payload, tenant_id, dispatch_key, headers, ordering_key, event_version,
-             available_at, generation)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, greatest(coalesce($8, now()), now()), $9)
-        ON CONFLICT (dispatch_key) DO NOTHING
-        RETURNING id
-        "#,
-    )
-    .bind(&event.event_type)
-    .bind(&event.payload)
-    .bind(&event.tenant_id)
-    .bind(&event.dispatch_key)
-    .bind(&event.headers)
-    .bind(&event.ordering_key)
-    .bind(event.event_version)
-    .bind(event.available_at)
-    .bind(generation)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(db_err)?;
-    if let Some(id) = inserted {
+    let row = crate::store::EventRow {
+        event_type: &event.event_type,
+        payload: &event.payload,
+        tenant_id: event.tenant_id.as_deref(),
+        dispatch_key: event.dispatch_key.as_deref(),
+        headers: &event.headers,
+        ordering_key: event.ordering_key.as_deref(),
+        event_version: event.event_version,
+        available_at: event.available_at,
+        generation,
+    };
+    if let Some(id) = crate::store::insert_event(tx, row).await.map_err(db_err)? {
         return Ok(Published { id, inserted: true });
     }
     // The key names an event already: the same one only if type, tenant and payload match
     // (jsonb equality: key order and spacing do not count).
-    let (existing_id, same_type, same_tenant, same_payload): (i64, bool, bool, bool) =
-        sqlx::query_as(
-            r#"
-            SELECT id, event_type = $2, tenant_id IS NOT DISTINCT FROM $3, payload = $4
-            FROM outbox_event WHERE dispatch_key = $1
-            "#,
-        )
-        .bind(&event.dispatch_key)
-        .bind(&event.event_type)
-        .bind(&event.tenant_id)
-        .bind(&event.payload)
-        .fetch_one(&mut **tx)
+    let holder = crate::store::compare_with_key_holder(tx, row)
         .await
         .map_err(db_err)?;
+    let existing_id = holder.id;
+    let (same_type, same_tenant, same_payload) =
+        (holder.same_type, holder.same_tenant, holder.same_payload);
     let differs: Vec<&str> = [
         (same_type, "event type"),
         (same_tenant, "tenant"),

@@ -225,6 +225,13 @@ impl RedisTarget {
         }
     }
 
+    /// Whether Redis answers a `PING` on a connection of its own (what readiness checks).
+    pub async fn ping(&self) -> redis::RedisResult<()> {
+        let mut conn = self.reader(Duration::ZERO).await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(())
+    }
+
     /// The target for logs: the node, or the seeds, never a password.
     pub fn redacted(&self) -> String {
         match self {

@@ -26,6 +26,10 @@
 //!
 //! One test binary, one module per subject under `properties/`; the documented rules written
 //! again and the generators several subjects share are here.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 
 mod properties {
     mod fixed_cases;

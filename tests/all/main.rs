@@ -1,6 +1,10 @@
 //! End-to-end tests: one binary, one module per feature, against the real PostgreSQL
 //! (`DATABASE_URL`, a fresh database per test) and Redis (`REDIS_URL`, a key prefix per test).
 //! Each guarantee has a test named after it.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL and Redis directly to check the host"
+)]
 
 mod alerts;
 mod async_plugin_calls;
@@ -24,6 +28,7 @@ mod http;
 mod invoke_jobs;
 mod limits;
 mod max_len;
+mod migrations;
 mod module_layers;
 mod operators;
 mod ordering;

@@ -173,7 +173,7 @@ pub async fn run_demo(mut config: Config) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let c = store::status_counts(&pool).await?;
-        bar.set_position(((c.done + c.failed) as u64).min(published as u64));
+        bar.set_position(outbox_host::numeric::count(c.done + c.failed).min(published as u64));
         let jobs: u64 = conn.xlen(&executor_stream).await?;
         // The handler's receipt reaches the table shortly after its outcome (through the
         // receipts stream): wait for it too, so the table below shows it.

@@ -247,7 +247,7 @@ async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::Resu
 /// `bytes` as B, KiB, MiB or GiB.
 fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
+    let mut value = outbox_host::numeric::figure(bytes);
     let mut unit = 0;
     while value >= 1024.0 && unit < UNITS.len() - 1 {
         value /= 1024.0;

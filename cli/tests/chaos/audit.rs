@@ -448,7 +448,7 @@ pub async fn audit(world: &World, produced: &Produced) -> Audit {
             .arg(&key)
             .arg("outbox")
             .arg("IDLE")
-            .arg(RECEIVER_LEASE.as_millis() as u64)
+            .arg(u64::try_from(RECEIVER_LEASE.as_millis()).unwrap())
             .arg("-")
             .arg("+")
             .arg(1000)

@@ -125,7 +125,10 @@ async fn one_producer(pool: PgPool, p: usize, quota: usize, plan: Plan, run: &st
     let mut seq = 0u64;
     while out.committed.len() + out.uncertain.len() < quota {
         // Keep to the schedule: the share committed so far never runs ahead of the time spent.
-        let ahead_by = spread.mul_f64((out.committed.len() as f64) / (quota as f64));
+        let ahead_by = spread.mul_f64(
+            f64::from(u32::try_from(out.committed.len()).unwrap())
+                / f64::from(u32::try_from(quota).unwrap()),
+        );
         if let Some(wait) = ahead_by.checked_sub(started.elapsed()) {
             tokio::time::sleep(wait).await;
         }

@@ -129,7 +129,7 @@ grants = {{ publish = ["plugin.invoke."] }}
 pub fn with_custom_section(wasm: &[u8], label: &str) -> Vec<u8> {
     fn leb128(mut n: usize, out: &mut Vec<u8>) {
         loop {
-            let byte = (n & 0x7f) as u8;
+            let byte = u8::try_from(n & 0x7f).unwrap();
             n >>= 7;
             if n == 0 {
                 out.push(byte);

@@ -94,7 +94,7 @@ async fn dispatches_then_stops_within_its_grace(pool: &PgPool, mut host: Host, n
             .unwrap();
         }
         tx.commit().await.unwrap();
-        let expected = ((round + 1) * n) as i64;
+        let expected = i64::try_from((round + 1) * n).unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         while xlen(&mut redis, &stream).await < expected {
             if let Some(status) = host.child.try_wait().unwrap() {
@@ -112,7 +112,7 @@ async fn dispatches_then_stops_within_its_grace(pool: &PgPool, mut host: Host, n
         .fetch_one(pool)
         .await
         .unwrap();
-    assert_eq!(done, (2 * n) as i64);
+    assert_eq!(done, i64::try_from(2 * n).unwrap());
 
     let pid = host.child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")

@@ -129,4 +129,8 @@ impl HandlerHost {
 pub(crate) use crate::naming::clip;
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests look at Redis directly (clippy.toml)"
+)]
 mod tests;

@@ -621,13 +621,17 @@ impl Settings {
 
     /// Handler retry delay after failed attempt `attempt` (1-based).
     pub fn handler_backoff_after(&self, attempt: u32) -> Duration {
-        let idx = (attempt.max(1) as usize - 1).min(self.handler_backoff.len() - 1);
+        let idx = usize::try_from(attempt.max(1) - 1)
+            .unwrap_or(usize::MAX)
+            .min(self.handler_backoff.len() - 1);
         self.handler_backoff[idx]
     }
 
     /// Retry delay after failed attempt `attempt` (1-based): 1, 2, 4, ... minutes by default.
     pub fn backoff_after(&self, attempt: i32) -> Duration {
-        let idx = (attempt.max(1) as usize - 1).min(self.backoff.len() - 1);
+        let idx = usize::try_from(attempt.max(1) - 1)
+            .unwrap_or(usize::MAX)
+            .min(self.backoff.len() - 1);
         self.backoff[idx]
     }
 }

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
 use super::Viewer;
+use crate::numeric::{len_figure, signed_figure};
 use crate::store::MinuteCounts;
 
 const STYLESHEET: &str = include_str!("assets/console.css");
@@ -170,14 +171,16 @@ pub fn throughput_chart(minutes: &[MinuteCounts]) -> Markup {
         .map(|m| m.done.max(m.published).max(m.failed_attempts))
         .max()
         .unwrap_or(0)
-        .max(1) as f64;
-    let bar = W / minutes.len().max(1) as f64;
-    let height = |n: i64| (n as f64 / max * (H - 10.0)).max(if n > 0 { 1.0 } else { 0.0 });
+        .max(1);
+    let bar = W / len_figure(minutes.len().max(1));
+    let height = |n: i64| {
+        (signed_figure(n) / signed_figure(max) * (H - 10.0)).max(if n > 0 { 1.0 } else { 0.0 })
+    };
     let done: i64 = minutes.iter().map(|m| m.done).sum();
     let published: i64 = minutes.iter().map(|m| m.published).sum();
     let failed: i64 = minutes.iter().map(|m| m.failed_attempts).sum();
     let rate = if done + failed > 0 {
-        100.0 * failed as f64 / (done + failed) as f64
+        100.0 * signed_figure(failed) / signed_figure(done + failed)
     } else {
         0.0
     };
@@ -185,7 +188,7 @@ pub fn throughput_chart(minutes: &[MinuteCounts]) -> Markup {
         figure.chart {
             svg #throughput viewBox=(format!("0 0 {W} {H}")) preserveAspectRatio="none" role="img" aria-label="events per minute, last hour" {
                 @for (i, m) in minutes.iter().enumerate() {
-                    @let x = i as f64 * bar;
+                    @let x = len_figure(i) * bar;
                     rect class="done" x=(format!("{x:.1}")) y=(format!("{:.1}", H - height(m.done))) width=(format!("{:.1}", bar * 0.6)) height=(format!("{:.1}", height(m.done))) {
                         title { (m.minute.format("%H:%M")) ": " (m.done) " handed off, " (m.published) " published, " (m.failed_attempts) " failed attempts" }
                     }
@@ -197,7 +200,7 @@ pub fn throughput_chart(minutes: &[MinuteCounts]) -> Markup {
                 "Last hour: " strong #hour-done { (done) } " handed off, "
                 (published) " published, "
                 strong #hour-failed { (failed) } " failed attempts ("
-                span #failure-rate { (format!("{rate:.1}")) "%" } " of attempts); busiest minute " (max as i64) "."
+                span #failure-rate { (format!("{rate:.1}")) "%" } " of attempts); busiest minute " (max) "."
             }
         }
     }

@@ -188,7 +188,7 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
                         td { (row.handler.as_deref().unwrap_or("–")) }
                         td { (if row.groups.is_empty() { "–".to_string() } else { row.groups.join(", ") }) }
                         @match &row.paused {
-                            Ok(Some(p)) => td.paused { "paused by " (p.paused_by) " " (ago((chrono::Utc::now() - p.paused_at).num_seconds().max(0) as f64)) @if let Some(r) = &p.reason { ": " (r) } }
+                            Ok(Some(p)) => td.paused { "paused by " (p.paused_by) " " (ago(crate::numeric::signed_figure((chrono::Utc::now() - p.paused_at).num_seconds().max(0)))) @if let Some(r) = &p.reason { ": " (r) } }
                             Ok(None) => td { "running" }
                             Err(e) => td.error { (e) }
                         }
@@ -586,7 +586,7 @@ pub async fn workers(State(console): State<Console>, headers: HeaderMap) -> Page
     let hosts = store::hosts_seen(console.pool(), 24 * 3600).await?;
     let (live, stale): (Vec<_>, Vec<_>) = hosts
         .into_iter()
-        .partition(|h| h.last_seen_seconds_ago <= LIVE_HOST_SECONDS as f64);
+        .partition(|h| h.last_seen_seconds_ago <= crate::numeric::signed_figure(LIVE_HOST_SECONDS));
     let queues = queue_rows(&console).await;
     let groups = console
         .inner

@@ -165,7 +165,7 @@ mod tests {
     fn tracked_addresses_are_bounded() {
         let limit = SignInLimit::new(1, 100_000);
         let start = Instant::now();
-        for n in 0..(ADDRESSES_MAX as u32 + 50) {
+        for n in 0..(u32::try_from(ADDRESSES_MAX).unwrap() + 50) {
             let _ = limit.attempt_at(Some(IpAddr::from(n.to_be_bytes())), start);
         }
         assert!(limit.state.lock().unwrap().by_address.len() <= ADDRESSES_MAX);

@@ -43,7 +43,7 @@ impl PluginLimits {
             fuel: spec.fuel.unwrap_or(d.fuel),
             memory_bytes: spec
                 .memory_mb
-                .map(|mb| (mb.min(MAX_MEMORY_MB) as usize) << 20)
+                .map(|mb| usize::try_from(mb.min(MAX_MEMORY_MB) << 20).unwrap_or(usize::MAX))
                 .unwrap_or(d.memory_bytes),
             timeout: spec
                 .timeout_ms
@@ -51,7 +51,11 @@ impl PluginLimits {
                 .unwrap_or(d.timeout),
             max_concurrency: spec
                 .max_concurrency
-                .map(|n| (n as usize).clamp(1, MAX_CONCURRENCY))
+                .map(|n| {
+                    usize::try_from(n)
+                        .unwrap_or(usize::MAX)
+                        .clamp(1, MAX_CONCURRENCY)
+                })
                 .unwrap_or(d.max_concurrency),
         }
     }
@@ -296,7 +300,7 @@ pub(super) fn engine_config(pooling: bool) -> wasmtime::Config {
             .total_core_instances(POOL_CORE_INSTANCES)
             .total_memories(POOL_MEMORIES)
             .total_tables(POOL_TABLES)
-            .max_memory_size((MAX_MEMORY_MB as usize) << 20)
+            .max_memory_size(usize::try_from(MAX_MEMORY_MB << 20).unwrap_or(usize::MAX))
             // A slot given back is reset for the next call by rewriting only the pages the last
             // call touched (found with the PAGEMAP_SCAN ioctl where the kernel has it, Linux
             // 6.7+), instead of `madvise` on the whole memory: the madvise, the TLB shootdown

@@ -276,11 +276,61 @@ async fn stream_consumers(
     if let Some(first) = first.ids.first().and_then(|e| id_millis(&e.id)) {
         oldest = Some(oldest.map_or(first, |o| o.min(first)));
     }
-    let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let now_ms = crate::numeric::count(chrono::Utc::now().timestamp_millis());
     Ok(StreamConsumers {
         pending,
         lag,
         dead_letters,
-        oldest_entry_age_seconds: oldest.map(|ms| now_ms.saturating_sub(ms) as f64 / 1000.0),
+        oldest_entry_age_seconds: oldest
+            .map(|ms| crate::numeric::figure(now_ms.saturating_sub(ms)) / 1000.0),
+    })
+}
+
+/// What the alert checks read of one streams queue: its dead letters and the entries its
+/// receivers have held longer than a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StalledAndDead {
+    /// Entries in the queue's dead-letter stream.
+    pub dead_letters: u64,
+    /// Entries delivered to a receiver and idle for at least the lease (at most 1,000
+    /// counted; 0 when the queue has no receiver group yet).
+    pub stalled: u64,
+}
+
+/// The most stalled entries [`stalled_and_dead`] counts on one queue.
+const STALLED_COUNT_MAX: usize = 1000;
+
+/// Read `queue`'s dead letters and its entries idle for at least `lease` (see
+/// [`StalledAndDead`]).
+pub async fn stalled_and_dead(
+    conn: &mut impl redis::aio::ConnectionLike,
+    keys: &QueueKeys,
+    queue: &str,
+    lease: std::time::Duration,
+) -> Result<StalledAndDead, redis::RedisError> {
+    let dead_letters: u64 = redis::cmd("XLEN")
+        .arg(keys.dead_letter_stream(queue))
+        .query_async(conn)
+        .await?;
+    let idle_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    let stalled: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XPENDING")
+        .arg(keys.stream(queue))
+        .arg(CONSUMER_GROUP)
+        .arg("IDLE")
+        .arg(idle_ms)
+        .arg("-")
+        .arg("+")
+        .arg(STALLED_COUNT_MAX)
+        .query_async(conn)
+        .await;
+    let stalled = match stalled {
+        Ok(entries) => u64::try_from(entries.len()).unwrap_or(u64::MAX),
+        // No stream or no group yet: nothing delivered, nothing stalled.
+        Err(e) if e.code() == Some("NOGROUP") => 0,
+        Err(e) => return Err(e),
+    };
+    Ok(StalledAndDead {
+        dead_letters,
+        stalled,
     })
 }

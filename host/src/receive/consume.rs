@@ -576,7 +576,7 @@ impl Receivers {
                 event_id,
                 handler: handler.clone(),
                 queue: queue.to_string(),
-                attempts: attempt as i32,
+                attempts: i32::try_from(attempt).unwrap_or(i32::MAX),
                 duration: started.elapsed(),
                 published: Vec::new(),
             };
@@ -618,7 +618,7 @@ impl Receivers {
             event_id: receipt_event,
             handler: receipt_handler,
             queue: queue.to_string(),
-            attempts: attempt as i32,
+            attempts: i32::try_from(attempt).unwrap_or(i32::MAX),
             duration,
             published,
         };

@@ -362,9 +362,9 @@ impl RateLimiter {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Starts {
-            granted: granted.max(0) as usize,
+            granted: usize::try_from(granted).unwrap_or(0),
             window,
-            closes_in: Duration::from_millis(ttl.max(0) as u64),
+            closes_in: Duration::from_millis(crate::numeric::count(ttl)),
         })
     }
 

@@ -183,7 +183,7 @@ pub(super) async fn block_keys_in_retry_set<T>(
         .arg("WITHSCORES")
         .query_async(&mut conn.clone())
         .await?;
-    let now_ms = chrono::Utc::now().timestamp_millis() as f64;
+    let now_ms = crate::numeric::signed_figure(chrono::Utc::now().timestamp_millis());
     let mut blocked = 0;
     for (member, due_ms) in members {
         let Ok(flat) = serde_json::from_str::<Vec<String>>(&member) else {
@@ -193,7 +193,10 @@ pub(super) async fn block_keys_in_retry_set<T>(
         let (Some(key), Some(event_id)) = (entry.ordering_key(), entry.event_id()) else {
             continue;
         };
-        let wait = Duration::from_millis((due_ms - now_ms).max(0.0) as u64);
+        // A score the host did not write (or one past any retry delay) waits the longest delay.
+        let wait = Duration::try_from_secs_f64((due_ms - now_ms).max(0.0) / 1000.0)
+            .unwrap_or(super::invoke::MAX_RETRY_AFTER)
+            .min(super::invoke::MAX_RETRY_AFTER);
         lanes.await_retry(key, event_id, Instant::now() + wait + lease * 2);
         blocked += 1;
     }

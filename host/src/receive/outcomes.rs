@@ -404,7 +404,9 @@ impl Outcomes {
             delay,
             reason,
         } = retry;
-        let due = chrono::Utc::now().timestamp_millis() + delay.as_millis() as i64;
+        let due = chrono::Utc::now()
+            .timestamp_millis()
+            .saturating_add(crate::numeric::millis_i64(delay));
         let member = entry.retry_fields(attempt, &reason);
         let json = serde_json::to_string(&member).unwrap_or_default();
         let mut invocation = self.scripts.retry.key(&claim.marker);

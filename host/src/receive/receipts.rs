@@ -459,7 +459,7 @@ impl ReceiptWriter {
             &self.stream,
             CONSUMER_GROUP,
             &self.consumer,
-            self.lease.as_millis() as u64,
+            crate::numeric::millis(self.lease),
             "0-0",
             StreamAutoClaimOptions::default().count(RECEIPT_BATCH),
         )

@@ -215,7 +215,7 @@ impl EnqueueScript {
             // No key: the pipeline still goes to the node of its hand-offs, which answers it.
             pipe.cmd("WAIT")
                 .arg(self.wait_replicas)
-                .arg(REPLICA_WAIT.as_millis() as u64);
+                .arg(crate::numeric::millis(REPLICA_WAIT));
         }
         let expected = chunk.len() + usize::from(waits);
         let mut conn = self.conn.clone();
@@ -224,7 +224,7 @@ impl EnqueueScript {
             Ok(mut replies) if replies.len() == expected => {
                 let confirmed = match waits.then(|| replies.pop()).flatten() {
                     None => None,
-                    Some(Value::Int(n)) => Some(n.max(0) as usize),
+                    Some(Value::Int(n)) => Some(usize::try_from(n).unwrap_or(0)),
                     Some(_) => Some(0),
                 };
                 chunk

@@ -430,7 +430,7 @@ pub async fn record_audit<'e>(
     .bind(command)
     .bind(arguments)
     .bind(dry_run)
-    .bind(rows_affected.min(i64::MAX as u64) as i64)
+    .bind(crate::numeric::u64_as_i64(rows_affected))
     .execute(executor)
     .await
     .context(format!(

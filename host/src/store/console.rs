@@ -289,8 +289,9 @@ pub async fn search_events(
             last_error: r.get("last_error"),
         })
         .collect();
-    let last = if events.len() as i64 > limit {
-        events.truncate(limit as usize);
+    let shown = usize::try_from(limit).unwrap_or(0);
+    let last = if events.len() > shown {
+        events.truncate(shown);
         events.last().map(|e| (e.id, e.created_at))
     } else {
         None
@@ -420,7 +421,7 @@ pub async fn hosts_seen(pool: &PgPool, within_seconds: i64) -> Result<Vec<HostRo
         LIMIT 100
         "#,
     )
-    .bind(within_seconds as f64)
+    .bind(crate::numeric::signed_figure(within_seconds))
     .fetch_all(pool)
     .await
     .context("hosts seen")?;

@@ -22,7 +22,9 @@ mod console;
 mod hook_parent;
 mod horizon;
 mod hosts;
+mod locks;
 mod operator;
+mod publish;
 mod queues;
 mod receipts;
 mod repair;
@@ -34,7 +36,9 @@ pub use console::*;
 pub use hook_parent::*;
 pub use horizon::*;
 pub use hosts::*;
+pub use locks::*;
 pub use operator::*;
+pub use publish::*;
 pub use queues::*;
 pub use receipts::*;
 pub use repair::*;
@@ -81,12 +85,56 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
         .context(format!("connect to PostgreSQL at {}", redact(database_url)))
 }
 
-/// Apply pending migrations.
+/// Whether PostgreSQL answers on a connection of `pool` (what readiness checks).
+pub async fn ping(pool: &PgPool) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1")
+        .execute(pool)
+        .await
+        .context("check PostgreSQL")?;
+    Ok(())
+}
+
+/// How often a process waiting for another one's migrations asks for the lock again.
+const MIGRATION_LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// How long a process waits for another one's migrations before it says so in the log.
+const MIGRATION_WAIT_NOTICE: Duration = Duration::from_secs(10);
+
+/// Apply pending migrations, one process at a time.
+///
+/// Several processes may start on an empty database at once (`outbox run` and an `outbox
+/// publish`, or the replicas of a deployment). Each takes [`MIGRATION_LOCK`] first, and one
+/// that finds it taken asks again every 100 ms instead of queueing on it: a session queued on an
+/// advisory lock keeps its statement open, and a `CREATE INDEX CONCURRENTLY` of the holder's
+/// migrations waits for every open statement, so the two would wait for each other until
+/// PostgreSQL cancels one ("deadlock detected"). The migrations run on the connection that holds
+/// the lock, which is then closed, so a failed migration never leaves a pooled connection holding
+/// it.
 pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
-    MIGRATOR.run(pool).await.map_err(|e| StoreError {
-        context: "apply migrations".into(),
+    let context = "apply migrations";
+    let mut conn = pool.acquire().await.context(context)?.detach();
+    let started = std::time::Instant::now();
+    let mut noticed = false;
+    while !try_advisory_lock(&mut conn, MIGRATION_LOCK)
+        .await
+        .context(context)?
+    {
+        if !noticed && started.elapsed() >= MIGRATION_WAIT_NOTICE {
+            tracing::info!("waiting for another process to finish applying migrations");
+            noticed = true;
+        }
+        tokio::time::sleep(MIGRATION_LOCK_POLL).await;
+    }
+    let applied = MIGRATOR.run(&mut conn).await.map_err(|e| StoreError {
+        context: context.into(),
         source: e.into(),
-    })
+    });
+    // Ending the session releases its advisory locks, whatever the migrations left behind; if
+    // the polite close fails, dropping the socket ends the session all the same.
+    if let Err(e) = sqlx::Connection::close(conn).await {
+        tracing::debug!("close the migration connection: {e}");
+    }
+    applied
 }
 
 /// Record the host's payload limit (`OUTBOX_MAX_PAYLOAD_BYTES`) where `outbox_publish()` reads

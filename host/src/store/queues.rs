@@ -11,11 +11,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool, Postgres, Row, Transaction};
 
-use super::{record_audit, Context, Operator, StoreError};
-
-/// The advisory lock key that orders changes of the pause rows with the Redis pause keys:
-/// taken exclusively by a pause or resume, shared by the hosts' re-reads of the table.
-pub const PAUSE_LOCK: i64 = 0x6f75_7462_6f78_0002;
+use super::{record_audit, Context, Operator, StoreError, PAUSE_LOCK};
 
 /// The channel the table's trigger notifies with the queue's name on every pause and resume.
 pub const QUEUE_PAUSE_CHANNEL: &str = "outbox_queue_pause";

@@ -203,7 +203,7 @@ pub async fn plan_repair(
     } else {
         filter.statuses.clone()
     };
-    let limit = limit.map(|l| l.min(i64::MAX as u64) as i64);
+    let limit = limit.map(crate::numeric::u64_as_i64);
     let chosen_sql = format!(
         "SELECT e.id FROM outbox_event e WHERE e.status = ANY($8) AND {FILTER_SQL} ORDER BY e.id LIMIT $9"
     );
@@ -264,7 +264,7 @@ pub async fn plan_repair(
     };
     Ok(RepairPlan {
         action,
-        beyond_limit: (eligible - ids.len() as i64).max(0),
+        beyond_limit: (eligible - crate::numeric::len_i64(ids.len())).max(0),
         ids,
         skipped,
         skipped_why,
@@ -412,8 +412,9 @@ pub async fn apply_repair(
         }
         tx.commit().await.context(what())?;
         audit_id = audited;
-        report.changed += changed as u64;
-        report.changed_meanwhile += (batch.len() as i64 - changed).max(0) as u64;
+        report.changed += crate::numeric::count(changed);
+        report.changed_meanwhile +=
+            crate::numeric::count(crate::numeric::len_i64(batch.len()) - changed);
         progress(report.changed + report.changed_meanwhile);
     }
     Ok(report)

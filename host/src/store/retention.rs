@@ -16,11 +16,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use super::{Context, StoreError};
-
-/// The advisory lock a retention batch holds for its transaction (any host of one database
-/// contends for it; see `alerts::ALERT_LOCK` for the alerting host's).
-pub const RETENTION_LOCK: i64 = 0x6f75_7462_6f78_0002;
+use super::{Context, StoreError, RETENTION_LOCK};
 
 /// How long each kind of row is kept, and how many rows one statement deletes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,7 +204,10 @@ async fn purge_batch(
         .await
         .context("retention: delete a batch")?;
     tx.commit().await.context("retention: commit")?;
-    Ok(Some((rows.max(0) as u64, receipts.max(0) as u64)))
+    Ok(Some((
+        crate::numeric::count(rows),
+        crate::numeric::count(receipts),
+    )))
 }
 
 /// Run batches of `sql` until one deletes less than a full batch; adds to `rows` and
@@ -227,7 +226,7 @@ async fn purge_all(
         };
         *rows += deleted;
         *receipts += with_them;
-        if deleted < batch as u64 {
+        if deleted < crate::numeric::count(batch) {
             return Ok(true);
         }
     }

@@ -176,7 +176,7 @@ proptest! {
         offset in -3i64..=3,
     ) {
         let size = serde_json::to_vec(&payload).map_or(0, |v| v.len());
-        let limit = (size as i64 + offset).max(0) as usize;
+        let limit = size.saturating_add_signed(isize::try_from(offset).unwrap());
         let event = NewEvent::new(event_type, payload);
         match validate(&event, limit) {
             Ok(()) => prop_assert!(size <= limit, "{size} bytes accepted under a limit of {limit}"),

@@ -81,7 +81,8 @@ fn assert_meets_documented_rules(file: &RoutesFile) -> Result<(), TestCaseError>
         let limits = PluginLimits::from_spec(spec);
         prop_assert!(limits.fuel > 0);
         prop_assert!(
-            limits.memory_bytes > 0 && limits.memory_bytes <= (MAX_MEMORY_MB as usize) << 20
+            limits.memory_bytes > 0
+                && usize::try_from(MAX_MEMORY_MB << 20).is_ok_and(|max| limits.memory_bytes <= max)
         );
         prop_assert!(limits.timeout > Duration::ZERO);
         prop_assert!((1..=MAX_CONCURRENCY).contains(&limits.max_concurrency));

@@ -21,6 +21,7 @@ use outbox_host::queue::QueueKeys;
 use crate::common::{clear_redis, host_throughput, redis_connection};
 use crate::report::Report;
 use crate::Args;
+use outbox_host::numeric;
 
 /// The queue `mail.welcome` events route to with the default `routes.toml`.
 const QUEUE: &str = "outbox.mail";
@@ -85,7 +86,7 @@ pub(crate) async fn run(
         .await
         .context("vacuum outbox_event")?;
     let fresh = probe(args, report, pool, settings, router, 0).await?;
-    let mut passed = args.churn_probe * args.rounds.max(1) as i64;
+    let mut passed = args.churn_probe * numeric::len_i64(args.rounds.max(1));
     let mut points = Vec::new();
     for checkpoint in checkpoints {
         let started = Instant::now();
@@ -101,7 +102,7 @@ pub(crate) async fn run(
             started.elapsed().as_secs_f64()
         ));
         let point = probe(args, report, pool, settings, router, passed).await?;
-        passed += args.churn_probe * args.rounds.max(1) as i64;
+        passed += args.churn_probe * numeric::len_i64(args.rounds.max(1));
         points.push(point);
     }
     for point in &points {
@@ -154,7 +155,7 @@ pub(crate) async fn run(
             );
     }
     if let Some(last) = points.last() {
-        let in_table = last.passed + args.churn_probe * args.rounds.max(1) as i64;
+        let in_table = last.passed + args.churn_probe * numeric::len_i64(args.rounds.max(1));
         let events = in_table as f64;
         report.figure(
             "churn",
@@ -292,7 +293,7 @@ async fn probe(
         "  after {passed} events: dispatch {rate:.0} events/s, empty claim {empty_claim_ms:.2} ms (read from the start: {from_start_ms:.2} ms), {dead_tuples} dead tuples, claim index {} MB, outbox_event {} MB ({} bytes per event passed), queue stream {} bytes per entry, Redis {} bytes and WAL {} bytes per event dispatched",
         claim_index_bytes / (1 << 20),
         table_bytes / (1 << 20),
-        table_bytes / (passed + args.churn_probe * args.rounds.max(1) as i64),
+        table_bytes / (passed + args.churn_probe * numeric::len_i64(args.rounds.max(1))),
         stream_bytes / args.churn_probe,
         redis_bytes / args.churn_probe,
         wal_bytes / args.churn_probe

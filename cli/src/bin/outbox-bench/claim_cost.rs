@@ -15,6 +15,7 @@ use sqlx::PgPool;
 use crate::common::clear_redis;
 use crate::report::Report;
 use crate::Args;
+use outbox_host::numeric;
 
 /// The index the claim must read its due rows from.
 const CLAIM_INDEX: &str = "outbox_event_claimable_idx";
@@ -43,7 +44,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     anyhow::ensure!(args.claim_samples > 0, "--claim-samples must be at least 1");
     // Enough claimable rows for every claim of a case to take a full batch.
-    let claimable = args.batch * (args.claim_samples + WARM_UP_CLAIMS + 1) as i64;
+    let claimable = args.batch * numeric::len_i64(args.claim_samples + WARM_UP_CLAIMS + 1);
     report.say(format_args!(
         "claim cost: one claim of {} (store::claim_due_events), {claimable} claimable rows, with {} and with {} finished rows in outbox_event; median of {} claims",
         args.batch, args.claim_small, args.claim_large, args.claim_samples
@@ -160,7 +161,7 @@ async fn measure(
         let claim = store::claim_due_events(pool, "bench-claim-cost", args.batch, lease).await?;
         times.push(start.elapsed().as_secs_f64());
         anyhow::ensure!(
-            claim.events.len() as i64 == args.batch,
+            numeric::len_i64(claim.events.len()) == args.batch,
             "a claim took {} rows, not {}",
             claim.events.len(),
             args.batch

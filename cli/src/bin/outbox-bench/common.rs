@@ -20,6 +20,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::Args;
+use outbox_host::numeric;
 
 /// Queue the receiver sections consume; `bench.` events route to it.
 pub(crate) const BENCH_QUEUE: &str = "outbox.bench-echo";
@@ -213,7 +214,7 @@ pub(crate) async fn host_throughput_into(
     let shutdown = CancellationToken::new();
     let start = Instant::now();
     let task = tokio::spawn(dispatcher.run(shutdown.clone()));
-    while stats.done.load(std::sync::atomic::Ordering::Relaxed) < events as u64 {
+    while stats.done.load(std::sync::atomic::Ordering::Relaxed) < numeric::count(events) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let rate = events as f64 / start.elapsed().as_secs_f64();
@@ -313,7 +314,7 @@ pub(crate) async fn fill_queue(
     count: usize,
 ) -> anyhow::Result<()> {
     let stream = keys.stream(queue);
-    let ids: Vec<i64> = (first..first + count as i64).collect();
+    let ids: Vec<i64> = (first..first + numeric::len_i64(count)).collect();
     for chunk in ids.chunks(1000) {
         let mut pipe = redis::pipe();
         for id in chunk {
@@ -335,4 +336,23 @@ pub(crate) async fn clear_receiver_state(pool: &PgPool, settings: &Settings) -> 
         .await
         .context("truncate outbox_receipt")?;
     clear_redis(settings).await
+}
+
+/// The index of the `p` quantile (0 to 1) in a sorted list of `len` samples (`len` > 0).
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a non-negative index below len, rounded down"
+)]
+pub(crate) fn percentile_index(len: usize, p: f64) -> usize {
+    ((numeric::len_figure(len) - 1.0) * p.clamp(0.0, 1.0)) as usize
+}
+
+/// `fraction` (0 to 1) of `n` events, rounded up.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "at most n, which is an i64"
+)]
+pub(crate) fn ceil_fraction(n: i64, fraction: f64) -> i64 {
+    (numeric::signed_figure(n) * fraction.clamp(0.0, 1.0)).ceil() as i64
 }

@@ -16,6 +16,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use crate::common::{host_throughput, prepare};
 use crate::report::Report;
 use crate::Args;
+use outbox_host::numeric;
 
 /// The claim of the SQL limit: the host's claim shape (lock due rows in claim order with
 /// `SKIP LOCKED`, update them by TID) returning only what a dispatcher must fetch (id, type,
@@ -131,7 +132,7 @@ async fn sql_limit(pool: &PgPool, batch: i64, events: i64) -> anyhow::Result<f64
             .execute(&mut *conn)
             .await
             .context("SQL limit: mark done")?;
-        n += ids.len() as i64;
+        n += numeric::len_i64(ids.len());
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
     anyhow::ensure!(n == events, "SQL limit processed {n} of {events}");
@@ -150,7 +151,7 @@ async fn store_statements(pool: &PgPool, batch: i64, events: i64) -> anyhow::Res
         if claim.events.is_empty() {
             break;
         }
-        n += claim.events.len() as i64;
+        n += numeric::len_i64(claim.events.len());
         let outcomes: Vec<_> = claim
             .events
             .iter()

@@ -19,6 +19,7 @@ use sqlx::PgPool;
 use crate::common::{clear_receiver_state, prepare_typed, BENCH_ROUTES};
 use crate::report::Report;
 use crate::Args;
+use outbox_host::numeric;
 
 /// The router plugin of the end-to-end run (the one `routes.toml` names).
 const ROUTER_PLUGIN: &str = "prefix-router";
@@ -206,11 +207,11 @@ async fn watch_receipts(
     let mut first_receipt = None;
     let mut last_check = Instant::now();
     loop {
-        if dispatched.is_none() && stats.done.load(Ordering::Relaxed) >= n as u64 {
+        if dispatched.is_none() && stats.done.load(Ordering::Relaxed) >= numeric::count(n) {
             dispatched = Some(start.elapsed().as_secs_f64());
         }
         // The receipt writer's own count of committed receipts is watched while it runs (a
-        // count(*) of the growing table every few ms would load the database being measured);
+        // numeric::count(*) of the growing table every few ms would load the database being measured);
         // the table itself is counted once a second and once the writer says every receipt is
         // in, and only the table's count ends the run.
         let written = receivers.receipts_written();
@@ -218,10 +219,10 @@ async fn watch_receipts(
         if written > 0 && first_receipt.is_none() {
             first_receipt = Some(now);
         }
-        if written >= n as u64 || last_check.elapsed() >= Duration::from_secs(1) {
+        if written >= numeric::count(n) || last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             let (receipts, not_ok): (i64, i64) = sqlx::query_as(
-                "SELECT count(*), count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
+                "SELECT numeric::count(*), numeric::count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
             )
             .fetch_one(pool)
             .await

@@ -214,7 +214,7 @@ async fn dispatch_with(
         .fetch_one(pool)
         .await
         .context("count the hosts' heartbeats")?;
-        if live as usize >= hosts {
+        if usize::try_from(live).unwrap_or(0) >= hosts {
             break;
         }
         anyhow::ensure!(

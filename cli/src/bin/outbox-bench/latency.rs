@@ -135,6 +135,6 @@ async fn latency(
         "no published event reached {LATENCY_QUEUE}"
     );
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p) as usize];
+    let pct = |p: f64| lat[crate::common::percentile_index(lat.len(), p)];
     Ok((pct(0.5), pct(0.99), *lat.last().unwrap_or(&0.0)))
 }

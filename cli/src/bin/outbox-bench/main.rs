@@ -19,6 +19,14 @@
 //! them, receivers, the store's claim, the `outbox` binary itself); the bench never
 //! re-implements what it measures. Baselines (plain SQL, graphile-worker) are written out as
 //! what they are.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark reads and writes PostgreSQL and Redis directly for its baselines"
+)]
+#![allow(
+    clippy::cast_precision_loss,
+    reason = "rates and ratios of counts far below 2^53"
+)]
 
 use clap::{Parser, ValueEnum};
 use outbox_host::config::Config;

@@ -62,7 +62,7 @@ pub(crate) async fn run(
                     "audit.login",
                     "webhook.sent",
                     "search.index.doc",
-                ][i as usize % 5],
+                ][usize::try_from(i).unwrap_or(0) % 5],
                 r#"{"user": 42, "text": "hello, welcome aboard"}"#,
             )
         })

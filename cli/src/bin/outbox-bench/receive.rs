@@ -23,6 +23,7 @@ use crate::common::{
 };
 use crate::report::Report;
 use crate::Args;
+use outbox_host::numeric;
 
 /// Handler name the receipt and Redis bookkeeping measurements write under.
 const BOOKKEEPING_HANDLER: &str = "bench-receipt";
@@ -140,7 +141,7 @@ async fn receiver_throughput(
         .fetch_one(pool)
         .await
         .context("count receipts")?;
-        if ok >= n as i64 {
+        if ok >= numeric::len_i64(n) {
             break n as f64 / start.elapsed().as_secs_f64();
         }
         if other > 0 || Instant::now() > deadline {
@@ -248,9 +249,9 @@ async fn handler_call_cost(live: &LiveConfig, calls: u32) -> anyhow::Result<(f64
 /// receipts, the largest batch the receivers' receipt writer sends in one statement.
 async fn receipt_batch_cost(pool: &PgPool) -> anyhow::Result<f64> {
     let batch = |batch_no: i64| -> Vec<Receipt> {
-        (0..RECEIPT_BATCH as i64)
+        (0..numeric::len_i64(RECEIPT_BATCH))
             .map(|i| Receipt {
-                event_id: -(batch_no * RECEIPT_BATCH as i64 + i + 1),
+                event_id: -(batch_no * numeric::len_i64(RECEIPT_BATCH) + i + 1),
                 handler: BOOKKEEPING_HANDLER.into(),
                 queue: BENCH_QUEUE.into(),
                 result: "ok",
@@ -268,7 +269,8 @@ async fn receipt_batch_cost(pool: &PgPool) -> anyhow::Result<f64> {
     for b in 0..batches {
         write_receipts(pool, &batch(b)).await?;
     }
-    let cost = start.elapsed().as_secs_f64() / (batches as usize * RECEIPT_BATCH) as f64;
+    let cost = start.elapsed().as_secs_f64()
+        / (numeric::signed_figure(batches) * numeric::len_figure(RECEIPT_BATCH));
     sqlx::query("DELETE FROM outbox_receipt WHERE handler = $1")
         .bind(BOOKKEEPING_HANDLER)
         .execute(pool)
@@ -306,7 +308,7 @@ async fn redis_bookkeeping_cost(
         one(1_000_000 + i).await?;
     }
     let start = Instant::now();
-    for i in 0..n as i64 {
+    for i in 0..numeric::len_i64(n) {
         one(i).await?;
     }
     Ok(start.elapsed().as_secs_f64() / n as f64)

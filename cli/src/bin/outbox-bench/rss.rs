@@ -86,7 +86,7 @@ pub(crate) async fn run(
         .context("empty outbox_event after the rss section")?;
 
     let at = |fraction: f64| -> anyhow::Result<Sample> {
-        let threshold = (n as f64 * fraction).ceil() as i64;
+        let threshold = crate::common::ceil_fraction(n, fraction);
         samples
             .iter()
             .find(|s| s.done >= threshold)

@@ -211,7 +211,7 @@ fn event_from_arg(arg: serde_json::Value, n: usize) -> anyhow::Result<store::Cla
         headers: headers.to_string(),
         dispatch_key: arg.dispatch_key,
         ..store::ClaimedEvent::unclaimed(
-            arg.id.unwrap_or(n as i64),
+            arg.id.unwrap_or_else(|| outbox_host::numeric::len_i64(n)),
             arg.event_type,
             payload.to_string(),
         )
