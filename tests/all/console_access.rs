@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use outbox_host::store::{self, Role};
 use outbox_host::Host;
 use outbox_tests::{PluginFixture, TestEnv};
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -284,8 +284,15 @@ async fn console_reads_run_on_their_own_small_pool_and_a_slow_search_is_cancelle
     let cookie = sign_in(&http, &base, &viewer).await;
 
     // A search that cannot finish (the table is locked) is cut at the console's statement
-    // timeout and says so; six at once share the console's two connections.
-    let mut blocker = env.pool.begin().await.unwrap();
+    // timeout and says so; six at once share the console's two connections. The lock is held
+    // on a connection of its own, and the test reads through another taken before it: while
+    // the table is locked, the host's own loops (claim, lease recovery, heartbeat, alerts)
+    // wait on it and may hold every connection of the host's pool.
+    let mut own = env.pool.acquire().await.unwrap();
+    let mut blocker_conn = sqlx::PgConnection::connect_with(&env.pool.connect_options())
+        .await
+        .unwrap();
+    let mut blocker = blocker_conn.begin().await.unwrap();
     sqlx::query("LOCK TABLE outbox_event IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *blocker)
         .await
@@ -305,12 +312,12 @@ async fn console_reads_run_on_their_own_small_pool_and_a_slow_search_is_cancelle
         })
         .collect();
     // The host's own pool is not the console's: it still answers meanwhile.
-    let own: String = sqlx::query_scalar("SHOW statement_timeout")
-        .fetch_one(&env.pool)
+    let own_timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&mut *own)
         .await
         .unwrap();
     assert_ne!(
-        own, "500ms",
+        own_timeout, "500ms",
         "the host's connections have no console timeout"
     );
     for search in searches {
@@ -325,7 +332,7 @@ async fn console_reads_run_on_their_own_small_pool_and_a_slow_search_is_cancelle
         "SELECT count(*) FROM pg_stat_activity
          WHERE application_name = 'outbox console' AND datname = current_database()",
     )
-    .fetch_one(&env.pool)
+    .fetch_one(&mut *own)
     .await
     .unwrap();
     assert!(
@@ -333,6 +340,7 @@ async fn console_reads_run_on_their_own_small_pool_and_a_slow_search_is_cancelle
         "the console reads through its own connections, at most 2: {console_connections}"
     );
     blocker.rollback().await.unwrap();
+    drop(own);
 
     // Once the table is free, the same search answers.
     let r = http
