@@ -454,13 +454,10 @@ async fn publish_reported_as(
     let holder = crate::store::compare_with_key_holder(tx, row)
         .await
         .map_err(db_err)?;
-    let existing_id = holder.id;
-    let (same_type, same_tenant, same_payload) =
-        (holder.same_type, holder.same_tenant, holder.same_payload);
     let differs: Vec<&str> = [
-        (same_type, "event type"),
-        (same_tenant, "tenant"),
-        (same_payload, "payload"),
+        (holder.same_type, "event type"),
+        (holder.same_tenant, "tenant"),
+        (holder.same_payload, "payload"),
     ]
     .into_iter()
     .filter(|(same, _)| !same)
@@ -468,13 +465,13 @@ async fn publish_reported_as(
     .collect();
     if differs.is_empty() {
         Ok(Published {
-            id: existing_id,
+            id: holder.id,
             inserted: false,
         })
     } else {
         Err(PublishError::DispatchKeyConflict {
             key: event.dispatch_key.unwrap_or_default(),
-            existing_id,
+            existing_id: holder.id,
             differs: differs.join(", "),
         })
     }

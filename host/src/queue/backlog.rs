@@ -312,12 +312,11 @@ pub async fn stalled_and_dead(
         .arg(keys.dead_letter_stream(queue))
         .query_async(conn)
         .await?;
-    let idle_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
     let stalled: redis::RedisResult<Vec<redis::Value>> = redis::cmd("XPENDING")
         .arg(keys.stream(queue))
         .arg(CONSUMER_GROUP)
         .arg("IDLE")
-        .arg(idle_ms)
+        .arg(crate::numeric::millis(lease))
         .arg("-")
         .arg("+")
         .arg(STALLED_COUNT_MAX)
