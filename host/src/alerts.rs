@@ -231,19 +231,22 @@ pub enum AlertError {
     Redis(#[from] redis::RedisError),
 }
 
-/// Look at everything the alerts watch: the outbox table, the handler-bound `queues`' streams
-/// and dead-letter streams, and the hosts' heartbeats.
+/// Look at everything the alerts watch: the outbox table (its open rows from the claim
+/// `horizon`), the handler-bound `queues`' streams and dead-letter streams, and the hosts'
+/// heartbeats.
 pub async fn observe(
     pool: &PgPool,
+    horizon: &store::HorizonTracker,
     redis: &mut RedisConn,
     keys: &QueueKeys,
     queues: &[String],
     receiver_lease: Duration,
 ) -> Result<Observation, AlertError> {
-    let (pending_old, failed) = store::old_pending_and_failed(pool, PENDING_OLD_AFTER).await?;
+    let horizon = horizon.current(pool).await;
+    let table = store::pending_and_failed(pool, PENDING_OLD_AFTER, horizon).await?;
     let mut seen = Observation {
-        pending_old,
-        failed,
+        pending_old: table.late,
+        failed: table.failed,
         dead_hosts: store::silent_workers(pool, DEAD_HOST_AFTER, DEAD_HOST_FORGOTTEN_AFTER)
             .await?
             .into_iter()
@@ -356,9 +359,10 @@ impl AlertLeader {
 pub type FiringAlerts = std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>;
 
 /// Evaluate the alerts every `interval` while this host holds [`ALERT_LOCK`], until shutdown;
-/// the alerts firing are kept in `firing`.
+/// the alerts firing are kept in `firing`. Open rows are read from the claim `horizon`.
 pub async fn alerts_loop(
     pool: PgPool,
+    horizon: std::sync::Arc<store::HorizonTracker>,
     live: Option<LiveConfig>,
     settings: std::sync::Arc<Settings>,
     firing: FiringAlerts,
@@ -399,7 +403,16 @@ pub async fn alerts_loop(
                     .map(|c| redis.insert(c)),
                 };
                 if let Some(conn) = conn {
-                    match observe(&pool, conn, &keys, &queues, settings.receiver_lease).await {
+                    match observe(
+                        &pool,
+                        &horizon,
+                        conn,
+                        &keys,
+                        &queues,
+                        settings.receiver_lease,
+                    )
+                    .await
+                    {
                         Ok(seen) => {
                             let changes = book.evaluate(seen.clone(), Instant::now(), limits);
                             report(&changes);

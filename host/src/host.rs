@@ -298,6 +298,9 @@ impl HostBuilder {
                 (live.router.clone(), Some(live))
             }
         };
+        // One claim horizon per process: the dispatcher's claims, the gauges, the alerts, the
+        // heartbeat's release of dead hosts' claims and the console read open rows from it.
+        let horizon = Arc::new(store::HorizonTracker::default());
         let mut dispatcher = None;
         if self
             .dispatcher_enabled
@@ -323,10 +326,12 @@ impl HostBuilder {
                 settings.clone(),
                 &worker_id,
             )
-            .with_contracts(contracts.clone());
+            .with_contracts(contracts.clone())
+            .with_horizon(horizon.clone());
             tasks.spawn(d.clone().run(shutdown.clone()));
             tasks.spawn(retention_loop(
                 pool.clone(),
+                horizon.clone(),
                 settings.clone(),
                 shutdown.clone(),
             ));
@@ -355,8 +360,11 @@ impl HostBuilder {
         // alerts it raises.
         let firing = crate::alerts::FiringAlerts::default();
         tasks.spawn(heartbeat_loop(
-            pool.clone(),
-            worker_id.clone(),
+            Heartbeat {
+                pool: pool.clone(),
+                horizon: horizon.clone(),
+                worker_id: worker_id.clone(),
+            },
             dispatcher
                 .as_ref()
                 .map(Dispatcher::stats)
@@ -369,6 +377,7 @@ impl HostBuilder {
         // Every process may raise the alerts; one at a time does (an advisory lock).
         tasks.spawn(crate::alerts::alerts_loop(
             pool.clone(),
+            horizon.clone(),
             live.clone(),
             settings.clone(),
             firing,
@@ -380,6 +389,7 @@ impl HostBuilder {
                 settings.clone(),
                 live.clone(),
                 worker_id.clone(),
+                horizon,
             );
             tasks.spawn(crate::http::serve(
                 listener,
@@ -535,9 +545,20 @@ pub fn default_worker_id() -> String {
     )
 }
 
-async fn heartbeat_loop(
+/// Where a host's heartbeat goes: its row in `outbox_worker` on `pool`, and the claim horizon
+/// the release of dead hosts' claims reads from.
+struct Heartbeat {
     pool: PgPool,
+    horizon: Arc<store::HorizonTracker>,
     worker_id: String,
+}
+
+async fn heartbeat_loop(
+    Heartbeat {
+        pool,
+        horizon,
+        worker_id,
+    }: Heartbeat,
     stats: Arc<dispatch::DispatchStats>,
     plugins: Option<Arc<PluginRegistry>>,
     firing: crate::alerts::FiringAlerts,
@@ -560,7 +581,8 @@ async fn heartbeat_loop(
         }
         // A host that died (no heartbeat for STALE_HOST_AFTER) gives its claims back now rather
         // than at the end of its lease; any live host does it, the update is the same from all.
-        match store::release_stale_claims(&pool, store::STALE_HOST_AFTER).await {
+        let at = horizon.current(&pool).await;
+        match store::release_stale_claims(&pool, store::STALE_HOST_AFTER, at).await {
             Ok(released) => {
                 for r in released {
                     tracing::warn!(host = %r.worker, events = r.events, silent_for = ?store::STALE_HOST_AFTER, "released the claims of a host whose heartbeat stopped");
@@ -582,6 +604,7 @@ async fn heartbeat_loop(
 
 async fn retention_loop(
     pool: PgPool,
+    horizon: Arc<store::HorizonTracker>,
     settings: Arc<crate::config::Settings>,
     shutdown: CancellationToken,
 ) {
@@ -593,15 +616,16 @@ async fn retention_loop(
             Ok(report) => record_retention(&report),
             Err(e) => tracing::warn!(error = %e, "retention failed"),
         }
-        match store::status_counts(&pool).await {
+        let at = horizon.current(&pool).await;
+        match store::pending_and_failed(&pool, Duration::from_secs(60), at).await {
             Ok(counts) => {
                 metrics::gauge!("outbox_events_pending").set(signed_figure(counts.pending));
                 metrics::gauge!("outbox_events_failed").set(signed_figure(counts.failed));
                 metrics::gauge!("outbox_events_pending_older_than_60s")
-                    .set(signed_figure(counts.pending_older_than_60s));
-                if counts.pending_older_than_60s > 1000 {
+                    .set(signed_figure(counts.late));
+                if counts.late > 1000 {
                     tracing::warn!(
-                        old_pending = counts.pending_older_than_60s,
+                        old_pending = counts.late,
                         "many events pending for over 60 s: dispatch is falling behind"
                     );
                 }

@@ -53,9 +53,16 @@ async fn each_alert_fires_on_its_situation_and_clears_when_it_passes(pool: PgPoo
     let mut book = AlertBook::default();
     let watcher = conn.clone();
     let check = async |book: &mut AlertBook| {
-        let seen = observe(&env.pool, &mut watcher.clone(), &keys, &queues, LEASE)
-            .await
-            .unwrap();
+        let seen = observe(
+            &env.pool,
+            &outbox_host::store::HorizonTracker::default(),
+            &mut watcher.clone(),
+            &keys,
+            &queues,
+            LEASE,
+        )
+        .await
+        .unwrap();
         book.evaluate(seen, Instant::now(), LIMITS)
     };
     assert!(

@@ -137,8 +137,11 @@ async fn shutdown_releases_claims_for_other_hosts(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(claim.events.len(), 1);
+    // Read from the claim horizon, as the dispatcher does at shutdown: the held row is live, so
+    // it is never behind it.
+    let horizon = store::claim_horizon(&env.pool, None).await.unwrap();
     assert_eq!(
-        store::release_claims(&env.pool, "leaving-host")
+        store::release_claims(&env.pool, "leaving-host", horizon)
             .await
             .unwrap(),
         1
@@ -262,7 +265,9 @@ async fn a_dead_hosts_claims_are_released_when_its_heartbeat_stops_without_burni
         ("dead-host", 5)
     );
 
-    let released = store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER)
+    // From the claim horizon, as every host's heartbeat reads it: held rows are never behind it.
+    let horizon = store::claim_horizon(&env.pool, None).await.unwrap();
+    let released = store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER, horizon)
         .await
         .unwrap();
     assert_eq!(
@@ -287,12 +292,14 @@ async fn a_dead_hosts_claims_are_released_when_its_heartbeat_stops_without_burni
         );
     }
     // Released again: nothing more to release.
-    assert!(
-        store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(store::release_stale_claims(
+        &env.pool,
+        store::STALE_HOST_AFTER,
+        store::ClaimHorizon::everything()
+    )
+    .await
+    .unwrap()
+    .is_empty());
     // The next dispatcher hands them off at once, long before the dead host's lease ends.
     let report = env.dispatcher("next-host").await.drain().await.unwrap();
     assert_eq!(report.done, 5);
@@ -495,4 +502,99 @@ async fn a_role_that_cannot_see_other_transactions_keeps_the_horizon_a_margin_be
         hidden.at.unwrap() <= chrono::Utc::now() - margin + chrono::Duration::seconds(1),
         "{hidden:?}"
     );
+}
+
+/// What a running host reads of open rows every few seconds (the gauges, the alerts, the
+/// heartbeat's release of a dead host's claims, the console's overview) starts at the claim
+/// horizon, like the claim, so its cost follows the open rows and never the entries finished
+/// events left at the start of the claim index. Shown with a row the horizon excludes: one
+/// written by hand behind it (the case the dispatcher's periodic full scan covers), which each
+/// read finds from the start of the index and does not find from the horizon.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_hosts_periodic_reads_of_open_rows_start_at_the_claim_horizon(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    env.insert_many("mail.open", 3).await;
+    sqlx::query(
+        "INSERT INTO outbox_worker (id, host_name, version, last_seen)
+         VALUES ('dead-host', 'h', 'test', now() - interval '1 hour')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let horizon = store::claim_horizon(&env.pool, None).await.unwrap();
+    assert!(horizon.exact);
+    // Behind the horizon: a late pending row and a row the dead host holds.
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, available_at)
+         VALUES ('mail.behind', '{}', now() - interval '2 hours')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_event (event_type, payload, status, attempts, claimed_by, claimed_at,
+                                   claim_expires_at, available_at)
+         VALUES ('mail.held', '{}', 'processing', 1, 'dead-host', now() - interval '2 hours',
+                 now() + interval '1 hour', now() - interval '2 hours')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let everything = store::ClaimHorizon::everything();
+    let late = Duration::from_secs(60);
+
+    let from_horizon = store::pending_and_failed(&env.pool, late, horizon)
+        .await
+        .unwrap();
+    let from_start = store::pending_and_failed(&env.pool, late, everything)
+        .await
+        .unwrap();
+    assert_eq!((from_horizon.pending, from_horizon.late), (3, 0));
+    assert_eq!((from_start.pending, from_start.late), (4, 1));
+
+    let counts = store::console_counts(&env.pool, horizon).await.unwrap();
+    assert_eq!((counts.pending, counts.processing), (3, 0));
+    let counts = store::console_counts(&env.pool, everything).await.unwrap();
+    assert_eq!((counts.pending, counts.processing), (4, 1));
+
+    let waited = store::oldest_due_pending_seconds(&env.pool, horizon)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited < 3600.0, "from the horizon: {waited} s");
+    let waited = store::oldest_due_pending_seconds(&env.pool, everything)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited >= 7000.0, "from the start: {waited} s");
+
+    let released = store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER, horizon)
+        .await
+        .unwrap();
+    assert!(released.is_empty(), "{released:?}");
+    let released = store::release_stale_claims(&env.pool, store::STALE_HOST_AFTER, everything)
+        .await
+        .unwrap();
+    assert_eq!(released.len(), 1);
+    assert_eq!(released[0].events, 1);
+    env.cleanup().await;
+}
+
+/// The dispatcher's own connections commit without waiting for the WAL flush (its claims and
+/// outcome records are idempotent to lose in a PostgreSQL crash; see `store::dispatch_pool`);
+/// the pool it was made from, which producers and receipts use, keeps the server's setting.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_dispatch_pool_commits_asynchronously_and_leaves_the_hosts_pool_alone(pool: PgPool) {
+    let dispatch = store::dispatch_pool(&pool);
+    let mode: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&dispatch)
+        .await
+        .unwrap();
+    assert_eq!(mode, "off");
+    let mode: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(mode, "on");
+    dispatch.close().await;
 }

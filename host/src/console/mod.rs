@@ -65,6 +65,9 @@ struct Inner {
     redis: OnceCell<RedisConn>,
     tracer: OnceCell<Tracer>,
     dead_letters: OnceCell<DeadLetters>,
+    /// Where the pages read open rows from the claim index (shared with the host's dispatcher
+    /// when it runs one; see [`crate::store::claim_horizon`]).
+    horizon: Arc<crate::store::HorizonTracker>,
 }
 
 impl Console {
@@ -77,6 +80,7 @@ impl Console {
         settings: Arc<Settings>,
         live: Option<LiveConfig>,
         worker_id: String,
+        horizon: Arc<crate::store::HorizonTracker>,
     ) -> Self {
         let read_pool = crate::store::console_pool(
             &pool,
@@ -99,6 +103,7 @@ impl Console {
                 redis: OnceCell::new(),
                 tracer: OnceCell::new(),
                 dead_letters: OnceCell::new(),
+                horizon,
             }),
         }
     }
@@ -155,6 +160,11 @@ impl Console {
 
     fn pool(&self) -> &PgPool {
         &self.inner.read_pool
+    }
+
+    /// The claim horizon to read open rows from, refreshed through the console's pool.
+    async fn horizon(&self) -> crate::store::ClaimHorizon {
+        self.inner.horizon.current(&self.inner.read_pool).await
     }
 
     /// The host's pool: repairs and audit rows, as the CLI writes them.

@@ -56,10 +56,11 @@ pub async fn overview_live(State(console): State<Console>, headers: HeaderMap) -
 
 async fn overview_body(console: &Console) -> Result<Markup, ConsoleError> {
     let pool = console.pool();
+    let horizon = console.horizon().await;
     let (counts, minutes, oldest, hosts) = tokio::try_join!(
-        store::console_counts(pool),
+        store::console_counts(pool, horizon),
         store::throughput_last_hour(pool),
-        store::oldest_due_pending_seconds(pool),
+        store::oldest_due_pending_seconds(pool, horizon),
         store::hosts_seen(pool, LIVE_HOST_SECONDS),
     )?;
     let queues = queue_rows(console).await;

@@ -97,6 +97,10 @@ impl Dispatcher {
         let mut sink_backoff = Backoff::new();
         // A claim failed on a blip: it may have committed with its reply lost.
         let mut claim_maybe_lost = false;
+        // The last claim took everything claimable (fewer rows than a batch): wait for a new
+        // event, a due time or a finished batch before claiming again, instead of spending a
+        // claim that finds nothing. At a trickle of events this is one claim per event, not two.
+        let mut caught_up = false;
         tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
         while !shutdown.is_cancelled() {
             while in_flight.len() >= BATCHES_IN_FLIGHT {
@@ -128,6 +132,10 @@ impl Dispatcher {
                     }
                 }
             }
+            if std::mem::take(&mut caught_up) {
+                self.wait_for_work(&mut in_flight, &shutdown).await;
+                continue;
+            }
             let claim = match self.claim().await {
                 Ok(claim) => {
                     if backoff.succeeded() {
@@ -152,15 +160,10 @@ impl Dispatcher {
                 }
             };
             if claim.events.is_empty() {
-                let wait = self.idle_wait().await;
-                tokio::select! {
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.cancelled() => {}
-                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
-                }
+                self.wait_for_work(&mut in_flight, &shutdown).await;
                 continue;
             }
+            caught_up = claim.events.len() < self.batch_len();
             let me = self.clone();
             let claimed_at = claim.claimed_at;
             self.hold(claimed_at, true);
@@ -194,7 +197,8 @@ impl Dispatcher {
                 "shutdown grace period over; releasing claimed events"
             );
         }
-        match store::release_claims(&self.pool, &self.worker_id).await {
+        let horizon = self.horizon.current(&self.pool).await;
+        match store::release_claims(&self.pool, &self.worker_id, horizon).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(released = n, "released claimed events for other hosts"),
             Err(e) => {
@@ -203,6 +207,24 @@ impl Dispatcher {
         }
         listener.abort();
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
+    }
+
+    /// Sleep until there may be something to claim: a new event (`NOTIFY`), the next row's due
+    /// time or lease end (at most the poll interval), a batch in flight finishing (it may have
+    /// released rows due at once), or shutdown.
+    async fn wait_for_work(&self, in_flight: &mut JoinSet<()>, shutdown: &CancellationToken) {
+        let wait = self.idle_wait().await;
+        tokio::select! {
+            _ = self.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => {}
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+        }
+    }
+
+    /// The batch size as a length (a claim returning fewer rows took all that was claimable).
+    fn batch_len(&self) -> usize {
+        usize::try_from(self.settings.dispatch_batch_size).unwrap_or(usize::MAX)
     }
 
     /// Note a batch in flight (`true`) or finished (`false`) by its claim's `claimed_at`.
@@ -227,7 +249,9 @@ impl Dispatcher {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone();
-        let released = store::release_lost_claims(&self.pool, &self.worker_id, &held).await?;
+        let horizon = self.horizon.current(&self.pool).await;
+        let released =
+            store::release_lost_claims(&self.pool, &self.worker_id, &held, horizon).await?;
         if released > 0 {
             tracing::warn!(
                 released,

@@ -138,7 +138,7 @@ impl Dispatcher {
         worker_id: impl Into<String>,
     ) -> Self {
         Self {
-            pool,
+            pool: store::dispatch_pool(&pool),
             sink: Arc::new(sink),
             router,
             contracts: Contracts::none(),
@@ -157,6 +157,13 @@ impl Dispatcher {
     /// strict mode, fails at once with the validation errors and is never enqueued.
     pub fn with_contracts(mut self, contracts: Contracts) -> Self {
         self.contracts = contracts;
+        self
+    }
+
+    /// Read the claim index from `horizon`, shared with the host's other readers of open rows
+    /// (gauges, alerts, console), so one process keeps one horizon fresh instead of several.
+    pub fn with_horizon(mut self, horizon: Arc<store::HorizonTracker>) -> Self {
+        self.horizon = horizon;
         self
     }
 

@@ -109,12 +109,8 @@ impl DeadHostTakeover {
         if let Some(hosts) = fresh {
             return hosts;
         }
-        let hosts = match store::stale_hosts(&self.pool, store::STALE_HOST_AFTER).await {
-            Ok(hosts) => hosts
-                .into_iter()
-                .map(|h| h.worker)
-                .filter(|w| *w != self.consumer)
-                .collect(),
+        let hosts = match store::stale_host_ids(&self.pool, store::STALE_HOST_AFTER).await {
+            Ok(hosts) => hosts.into_iter().filter(|w| *w != self.consumer).collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot look up hosts whose heartbeat stopped; their entries wait for the receiver lease");
                 Vec::new()

@@ -451,7 +451,8 @@ pub async fn release_claims_audited(
     force: bool,
 ) -> Result<u64, StoreError> {
     let mut tx = pool.begin().await.context("begin a release")?;
-    let released = super::release_claims(&mut *tx, worker).await?;
+    let released =
+        super::release_claims(&mut *tx, worker, super::ClaimHorizon::everything()).await?;
     record_audit(
         &mut *tx,
         operator,

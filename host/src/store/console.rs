@@ -374,17 +374,23 @@ pub async fn throughput_last_hour(pool: &PgPool) -> Result<Vec<MinuteCounts>, St
 }
 
 /// How long the longest-waiting due event has waited (seconds since its `available_at`):
-/// events scheduled for later are not waiting yet. `None` when nothing is due.
-pub async fn oldest_due_pending_seconds(pool: &PgPool) -> Result<Option<f64>, StoreError> {
+/// events scheduled for later are not waiting yet. `None` when nothing is due. Reads the claim
+/// index from `horizon` (see [`super::claim_horizon`]).
+pub async fn oldest_due_pending_seconds(
+    pool: &PgPool,
+    horizon: super::ClaimHorizon,
+) -> Result<Option<f64>, StoreError> {
     sqlx::query_scalar(
         r#"
         SELECT extract(epoch FROM now() - available_at)::float8
         FROM outbox_event
-        WHERE status = 'pending' AND available_at <= now()
+        WHERE status IN ('pending', 'processing') AND status = 'pending' AND available_at <= now()
+          AND available_at >= coalesce($1, '-infinity'::timestamptz)
         ORDER BY available_at, id
         LIMIT 1
         "#,
     )
+    .bind(horizon.at)
     .fetch_optional(pool)
     .await
     .context("oldest due pending event")
@@ -484,18 +490,25 @@ pub struct ConsoleCounts {
 /// Below this many rows (by the statistics) `done` is counted exactly.
 const EXACT_DONE_COUNT_BELOW: i64 = 100_000;
 
-/// Count rows by status, `done` estimated on a large table (see [`ConsoleCounts`]).
-pub async fn console_counts(pool: &PgPool) -> Result<ConsoleCounts, StoreError> {
+/// Count rows by status, `done` estimated on a large table (see [`ConsoleCounts`]); open rows
+/// are read from the claim index at `horizon` (see [`super::claim_horizon`]).
+pub async fn console_counts(
+    pool: &PgPool,
+    horizon: super::ClaimHorizon,
+) -> Result<ConsoleCounts, StoreError> {
     let row = sqlx::query(
         r#"
-        SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('pending', 'processing') LIMIT $1) s) AS open,
-               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('pending', 'processing') AND status = 'processing' LIMIT $1) s) AS processing,
+        SELECT (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('pending', 'processing')
+                 AND available_at >= coalesce($2, '-infinity'::timestamptz) LIMIT $1) s) AS open,
+               (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('pending', 'processing') AND status = 'processing'
+                 AND available_at >= coalesce($2, '-infinity'::timestamptz) LIMIT $1) s) AS processing,
                (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('failed', 'cancelled') AND status = 'failed' LIMIT $1) s) AS failed,
                (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE status IN ('failed', 'cancelled') AND status = 'cancelled' LIMIT $1) s) AS cancelled,
                (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'outbox_event'::regclass) AS estimate
         "#,
     )
     .bind(COUNT_CAP + 1)
+    .bind(horizon.at)
     .fetch_one(pool)
     .await
     .context("console counts")?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 
-use super::{Context, StoreError};
+use super::{ClaimHorizon, Context, StoreError};
 
 /// A host's heartbeat is stale after this long: nine missed 10 s heartbeats. Its claims are
 /// then released by the next live host ([`release_stale_claims`]) instead of waiting for the
@@ -29,10 +29,13 @@ pub struct ReleasedClaims {
 /// `processing` rows go back to `pending`, due now, the attempt that was cut not counted (a dead
 /// host is the infrastructure's fault, not the event's). A host that is only slow to heartbeat
 /// loses nothing but time: its outcomes are written only under the claim it made, so the host
-/// that claims the rows next wins.
+/// that claims the rows next wins. Reads the claim index from `horizon` (a held row is live,
+/// so it is never earlier): every live host runs this every heartbeat, and from the start of
+/// the index it would walk every entry finished events left there.
 pub async fn release_stale_claims(
     pool: &PgPool,
     stale_after: Duration,
+    horizon: ClaimHorizon,
 ) -> Result<Vec<ReleasedClaims>, StoreError> {
     let rows = sqlx::query(
         r#"
@@ -42,6 +45,7 @@ pub async fn release_stale_claims(
                 claim_expires_at = NULL
             FROM outbox_worker w
             WHERE e.status = 'processing' AND e.claimed_by = w.id
+              AND e.available_at >= coalesce($2, '-infinity'::timestamptz)
               AND w.last_seen < now() - make_interval(secs => $1)
             RETURNING w.id AS worker
         )
@@ -49,6 +53,7 @@ pub async fn release_stale_claims(
         "#,
     )
     .bind(stale_after.as_secs_f64())
+    .bind(horizon.at)
     .fetch_all(pool)
     .await
     .context("release the claims of stale hosts")?;
@@ -73,7 +78,8 @@ pub struct StaleHost {
 }
 
 /// Hosts silent for longer than `stale_after` (at most 100, longest silent first) and the claims
-/// each still holds.
+/// each still holds (read from the whole claim index: for `outbox stats`, not for a loop; the
+/// receivers' takeover reads [`stale_host_ids`]).
 pub async fn stale_hosts(
     pool: &PgPool,
     stale_after: Duration,
@@ -101,6 +107,22 @@ pub async fn stale_hosts(
             held_claims: r.get("held"),
         })
         .collect())
+}
+
+/// The ids of hosts silent for longer than `stale_after` (at most 100, longest silent first):
+/// what the receivers' takeover looks up every few seconds. Reads only the heartbeat table.
+pub async fn stale_host_ids(
+    pool: &PgPool,
+    stale_after: Duration,
+) -> Result<Vec<String>, StoreError> {
+    sqlx::query_scalar(
+        "SELECT id FROM outbox_worker WHERE last_seen < now() - make_interval(secs => $1)
+         ORDER BY last_seen LIMIT 100",
+    )
+    .bind(stale_after.as_secs_f64())
+    .fetch_all(pool)
+    .await
+    .context("stale host ids")
 }
 
 /// When `worker_id` last sent a heartbeat (seconds ago), if it ever did.

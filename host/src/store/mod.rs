@@ -85,6 +85,31 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
         .context(format!("connect to PostgreSQL at {}", redact(database_url)))
 }
 
+/// Connections a dispatcher's [`dispatch_pool`] opens at most: a claim and an outcome record
+/// for each of its two batches in flight, the idle wait and the claim horizon.
+pub const DISPATCH_CONNECTIONS: u32 = 6;
+
+/// The dispatcher's own pool on the database of `pool` (its options: address, credentials,
+/// TLS), connected lazily, whose sessions commit with `synchronous_commit = off`: a claim or an
+/// outcome record returns as soon as PostgreSQL has it in memory, not after the WAL flush (on
+/// a disk whose `fdatasync` takes milliseconds, that wait was most of an event's commit-to-queue
+/// time). What it can cost is bounded and already handled: a crash of PostgreSQL itself (not
+/// of a host, not a dropped connection) can lose the last fraction of a second of those
+/// commits, which leaves a claimed row `pending` (claimed again) or a handed-off row
+/// `processing` (claimed again after its lease); the hand-off is idempotent per (event, queue)
+/// and receivers keep a handled marker per (handler, event), so neither doubles an entry or a
+/// handler run. Nothing a producer commits goes through this pool, and the database is never
+/// left inconsistent (PostgreSQL's asynchronous commit).
+pub fn dispatch_pool(pool: &PgPool) -> PgPool {
+    let options = (*pool.connect_options())
+        .clone()
+        .options([("synchronous_commit", "off")]);
+    PgPoolOptions::new()
+        .max_connections(DISPATCH_CONNECTIONS)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options)
+}
+
 /// Whether PostgreSQL answers on a connection of `pool` (what readiness checks).
 pub async fn ping(pool: &PgPool) -> Result<(), StoreError> {
     sqlx::query("SELECT 1")
@@ -573,10 +598,12 @@ pub async fn record_outcomes(
 }
 
 /// Give back rows this worker still holds (shutdown past the grace period): they become
-/// claimable at once, with the attempt that never finished not counted.
+/// claimable at once, with the attempt that never finished not counted. Reads the claim index
+/// from `horizon` (a held row is never earlier).
 pub async fn release_claims<'e>(
     executor: impl sqlx::PgExecutor<'e>,
     worker_id: &str,
+    horizon: ClaimHorizon,
 ) -> Result<u64, StoreError> {
     Ok(sqlx::query(
         r#"
@@ -584,9 +611,11 @@ pub async fn release_claims<'e>(
         SET status = 'pending', available_at = now(), attempts = greatest(attempts - 1, 0),
             claim_expires_at = NULL
         WHERE status = 'processing' AND claimed_by = $1
+          AND available_at >= coalesce($2, '-infinity'::timestamptz)
         "#,
     )
     .bind(worker_id)
+    .bind(horizon.at)
     .execute(executor)
     .await
     .context(format!("release claims of worker {worker_id}"))?
@@ -596,11 +625,12 @@ pub async fn release_claims<'e>(
 /// Give back rows this worker holds under a claim it does not know of: a claim statement that
 /// committed but whose reply was lost when the connection dropped. `held` are the `claimed_at`
 /// of the batches the worker has in flight; everything else it holds becomes claimable at once,
-/// with the attempt that never started not counted.
+/// with the attempt that never started not counted. Reads the claim index from `horizon`.
 pub async fn release_lost_claims(
     pool: &PgPool,
     worker_id: &str,
     held: &[DateTime<Utc>],
+    horizon: ClaimHorizon,
 ) -> Result<u64, StoreError> {
     Ok(sqlx::query(
         r#"
@@ -608,10 +638,12 @@ pub async fn release_lost_claims(
         SET status = 'pending', available_at = now(), attempts = greatest(attempts - 1, 0),
             claim_expires_at = NULL
         WHERE status = 'processing' AND claimed_by = $1 AND NOT (claimed_at = ANY($2))
+          AND available_at >= coalesce($3, '-infinity'::timestamptz)
         "#,
     )
     .bind(worker_id)
     .bind(held)
+    .bind(horizon.at)
     .execute(pool)
     .await
     .context(format!("release lost claims of worker {worker_id}"))?

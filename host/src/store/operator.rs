@@ -416,23 +416,52 @@ pub async fn receipts(pool: &PgPool) -> Result<Vec<ReceiptRow>, StoreError> {
         .collect())
 }
 
-/// Pending events due longer than `older_than` ago and still not claimed (an event scheduled
-/// for later, or waiting for its retry, is not late), and `failed` events: what the alerts
-/// watch every check. Reads only pending and failed rows (unlike [`status_counts`], which counts
-/// every row, done ones included, and runs only with retention).
-pub async fn old_pending_and_failed(
+/// What the alerts and the gauges watch of the outbox table: open events, the late ones among
+/// them, and `failed` events ([`pending_and_failed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingAndFailed {
+    /// `pending` rows (due or scheduled later, retries included).
+    pub pending: i64,
+    /// `pending` rows due for longer than the given time and still not claimed (an event
+    /// scheduled for later, or waiting for its retry, is not late).
+    pub late: i64,
+    /// `failed` rows.
+    pub failed: i64,
+}
+
+/// Count pending events, those due for longer than `late_after` among them, and `failed`
+/// events: what the alerts watch every check and the gauges every minute. Pending rows are read
+/// from the claim index at `horizon` (no live row is earlier; see [`claim_horizon`]) and
+/// failed ones from `outbox_event_failed_status_idx`, so the cost follows the open and failed
+/// rows, never the entries finished events left in the claim index (which only `VACUUM`
+/// removes) or the done rows (unlike [`status_counts`], which counts every row and is for
+/// `outbox stats`).
+///
+/// [`claim_horizon`]: super::claim_horizon
+pub async fn pending_and_failed(
     pool: &PgPool,
-    older_than: Duration,
-) -> Result<(i64, i64), StoreError> {
-    sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'pending' AND available_at < now() - make_interval(secs => $1)),
-                count(*) FILTER (WHERE status = 'failed')
-         FROM outbox_event WHERE status IN ('pending', 'failed')",
+    late_after: Duration,
+    horizon: super::ClaimHorizon,
+) -> Result<PendingAndFailed, StoreError> {
+    let (pending, late, failed): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*),
+                count(*) FILTER (WHERE available_at < now() - make_interval(secs => $1)),
+                (SELECT count(*) FROM outbox_event
+                 WHERE status IN ('failed', 'cancelled') AND status = 'failed')
+         FROM outbox_event
+         WHERE status IN ('pending', 'processing') AND status = 'pending'
+           AND available_at >= coalesce($2, '-infinity'::timestamptz)",
     )
-    .bind(older_than.as_secs_f64())
+    .bind(late_after.as_secs_f64())
+    .bind(horizon.at)
     .fetch_one(pool)
     .await
-    .context("count old pending and failed events")
+    .context("count pending and failed events")?;
+    Ok(PendingAndFailed {
+        pending,
+        late,
+        failed,
+    })
 }
 
 /// Workers whose last heartbeat is older than `silent_for` but newer than `forgotten_after`, with

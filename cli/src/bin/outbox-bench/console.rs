@@ -206,6 +206,7 @@ pub(crate) async fn run(
         Arc::new(settings.clone()),
         Some(live),
         "outbox-bench".into(),
+        Arc::default(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
