@@ -211,7 +211,7 @@ async fn watch_receipts(
             dispatched = Some(start.elapsed().as_secs_f64());
         }
         // The receipt writer's own count of committed receipts is watched while it runs (a
-        // numeric::count(*) of the growing table every few ms would load the database being measured);
+        // count(*) of the growing table every few ms would load the database being measured);
         // the table itself is counted once a second and once the writer says every receipt is
         // in, and only the table's count ends the run.
         let written = receivers.receipts_written();
@@ -222,7 +222,7 @@ async fn watch_receipts(
         if written >= numeric::count(n) || last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             let (receipts, not_ok): (i64, i64) = sqlx::query_as(
-                "SELECT numeric::count(*), numeric::count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
+                "SELECT count(*), count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
             )
             .fetch_one(pool)
             .await
