@@ -1,26 +1,51 @@
-// The graphile-worker baseline of `outbox-bench` (section `e2e`): how fast graphile-worker 0.18
-// drains N committed jobs with a no-op task, concurrency 10, logging off.
+// The graphile-worker baseline of `outbox-bench` (sections `e2e` and `deployed`): how fast
+// graphile-worker 0.18 drains N committed jobs with a no-op task, logging off.
 //
-//   node drain.mjs [--jobs N] [--database NAME]
+//   node drain.mjs [--jobs N] [--database NAME] [--preset defaults|performance] [--warm]
 //
 // Connects with DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres), recreates
-// the database NAME (default outbox_bench_gw) for itself, installs graphile-worker's schema
-// (runMigrations), inserts N jobs in one transaction with graphile-worker's own SQL API
-// (graphile_worker.add_jobs), then starts one worker pool and times it from start until the job
-// table is empty. Prints one JSON line on stdout:
-//   {"baseline":"graphile-worker","version":"0.18.0","jobs":N,"concurrency":10,
-//    "seconds":S,"jobs_per_second":R,"first_job_ms":F}
-// Anything else goes to stderr. Exits non-zero on any failure (never prints a figure then).
+// the database NAME (default outbox_bench_gw) for itself and installs graphile-worker's schema
+// (runMigrations). N jobs are inserted in one transaction with graphile-worker's own SQL API
+// (graphile_worker.add_jobs).
+//
+// Cold (default): the jobs are committed first, then one worker pool is started and timed from
+// its start call until the job table is empty.
+// Warm (--warm): the worker pool is started first and left until it is idle (listening, its
+// first empty fetch done); then the jobs are committed and timed from that COMMIT until the
+// N-th job ran and the job table is empty.
+//
+// Presets:
+//   defaults     concurrency 10, everything else graphile-worker's defaults
+//   performance  concurrency 24 with the batching settings of graphile-worker's performance
+//                docs (https://worker.graphile.org/docs/performance#batching), given as
+//                `preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0 } }`
+//                (0.18 reads both from the resolved preset: dist/main.js)
+//
+// Prints one JSON line on stdout:
+//   {"baseline":"graphile-worker","version":"0.18.0","preset":"defaults","warm":false,
+//    "jobs":N,"concurrency":10,"local_queue_size":-1,"complete_job_batch_delay":-1,
+//    "local_queue_started":false,"seconds":S,"jobs_per_second":R,"first_job_ms":F,
+//    "cpu_us_per_job":C,"postgres_cpu_us_per_job":P}
+// cpu_us_per_job is this node process's CPU (process.cpuUsage(), user + system) over the timed
+// window per job; postgres_cpu_us_per_job is that of every `postgres` process on the machine
+// (from /proc, null where /proc is missing). Anything else goes to stderr. Exits non-zero on any
+// failure (never prints a figure then).
 
 import { EventEmitter } from "node:events";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import pg from "pg";
 import { Logger, run, runMigrations } from "graphile-worker";
 
-const CONCURRENCY = 10;
+const PRESETS = {
+  defaults: { concurrency: 10, preset: undefined },
+  performance: {
+    concurrency: 24,
+    preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0 } },
+  },
+};
 
 function parseArgs(argv) {
-  const args = { jobs: 20000, database: "outbox_bench_gw" };
+  const args = { jobs: 20000, database: "outbox_bench_gw", preset: "defaults", warm: false };
   for (let i = 0; i < argv.length; i++) {
     const value = argv[i + 1];
     switch (argv[i]) {
@@ -32,8 +57,17 @@ function parseArgs(argv) {
         args.database = value;
         i++;
         break;
+      case "--preset":
+        args.preset = value;
+        i++;
+        break;
+      case "--warm":
+        args.warm = true;
+        break;
       default:
-        throw new Error(`unknown argument ${argv[i]} (use --jobs N, --database NAME)`);
+        throw new Error(
+          `unknown argument ${argv[i]} (use --jobs N, --database NAME, --preset defaults|performance, --warm)`,
+        );
     }
   }
   if (!Number.isSafeInteger(args.jobs) || args.jobs < 1 || args.jobs > 10_000_000) {
@@ -41,6 +75,9 @@ function parseArgs(argv) {
   }
   if (!/^[a-z_][a-z0-9_]{0,62}$/.test(args.database ?? "")) {
     throw new Error("--database must be a lowercase SQL identifier");
+  }
+  if (!Object.hasOwn(PRESETS, args.preset)) {
+    throw new Error("--preset must be defaults or performance");
   }
   return args;
 }
@@ -62,7 +99,8 @@ async function recreateDatabase(adminUrl, database) {
   }
 }
 
-async function insertJobs(connectionString, jobs) {
+// Insert `jobs` jobs in one transaction; `beforeCommit` runs just before the COMMIT is sent.
+async function insertJobs(connectionString, jobs, { vacuum, beforeCommit = () => {} }) {
   const client = new pg.Client({ connectionString });
   await client.connect();
   try {
@@ -74,11 +112,41 @@ async function insertJobs(connectionString, jobs) {
          FROM generate_series(1, $1::int) g))`,
       [jobs],
     );
+    beforeCommit();
     await client.query("COMMIT");
-    await client.query("VACUUM ANALYZE graphile_worker._private_jobs");
+    if (vacuum) await client.query("VACUUM ANALYZE graphile_worker._private_jobs");
   } finally {
     await client.end();
   }
+}
+
+// CPU seconds (user + system) used so far by every process named `name`, from /proc; null
+// without /proc.
+function cpuSecondsOf(name) {
+  let pids;
+  try {
+    pids = readdirSync("/proc").filter((entry) => /^[0-9]+$/.test(entry));
+  } catch {
+    return null;
+  }
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== name) continue;
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      // utime and stime: fields 14 and 15 of the line, 12 and 13 after the name.
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // The process ended while it was read.
+    }
+  }
+  return ticks / 100;
+}
+
+function cpuSeconds() {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
 }
 
 async function remainingJobs(pool) {
@@ -88,31 +156,70 @@ async function remainingJobs(pool) {
 
 async function main() {
   const args = parseArgs(process.argv.slice(2));
+  const { concurrency, preset } = PRESETS[args.preset];
   const baseUrl = process.env.DATABASE_URL || "postgres://postgres@127.0.0.1:5432/postgres";
   const connectionString = withDatabase(baseUrl, args.database);
   await recreateDatabase(withDatabase(baseUrl, "postgres"), args.database);
 
   const logger = new Logger(() => () => {});
   await runMigrations({ connectionString, logger });
-  await insertJobs(connectionString, args.jobs);
+  if (!args.warm) await insertJobs(connectionString, args.jobs, { vacuum: true });
 
   const events = new EventEmitter();
   let done = 0;
   let firstJobAt = null;
+  let listening = false;
+  let emptyFetches = 0;
+  let localQueueStarted = false;
   events.on("job:success", () => {
     done++;
     if (firstJobAt === null) firstJobAt = performance.now();
   });
+  events.on("pool:listen:success", () => {
+    listening = true;
+  });
+  events.on("worker:getJob:empty", () => {
+    emptyFetches++;
+  });
+  // Emitted only when the pool runs a local queue: proof the preset's batching took effect.
+  events.on("localQueue:init", () => {
+    localQueueStarted = true;
+  });
+  events.on("localQueue:getJobs:complete", () => {
+    emptyFetches++;
+  });
   const watcher = new pg.Pool({ connectionString, max: 1 });
-  const start = performance.now();
+  let start = performance.now();
   const runner = await run({
     connectionString,
-    concurrency: CONCURRENCY,
+    concurrency,
     noHandleSignals: true,
     logger,
     events,
     taskList: { noop: async () => {} },
+    ...(preset === undefined ? {} : { preset }),
   });
+  let cpuBefore = cpuSeconds();
+  let postgresBefore = cpuSecondsOf("postgres");
+  if (args.warm) {
+    // Idle: listening for new jobs and at least one fetch found nothing; then a moment more.
+    const idleDeadline = performance.now() + 60_000;
+    while (!listening || emptyFetches === 0) {
+      if (performance.now() > idleDeadline) {
+        throw new Error("the worker did not become idle within 60 s");
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await insertJobs(connectionString, args.jobs, {
+      vacuum: false,
+      beforeCommit: () => {
+        cpuBefore = cpuSeconds();
+        postgresBefore = cpuSecondsOf("postgres");
+        start = performance.now();
+      },
+    });
+  }
   // Done when every job has run and graphile-worker has deleted it from its table.
   const deadline = start + 600_000;
   for (;;) {
@@ -123,6 +230,8 @@ async function main() {
     await new Promise((resolve) => setTimeout(resolve, done >= args.jobs ? 2 : 20));
   }
   const seconds = (performance.now() - start) / 1000;
+  const cpu = cpuSeconds() - cpuBefore;
+  const postgresAfter = cpuSecondsOf("postgres");
   await runner.stop();
   await watcher.end();
   const { version } = JSON.parse(
@@ -132,11 +241,21 @@ async function main() {
     `${JSON.stringify({
       baseline: "graphile-worker",
       version,
+      preset: args.preset,
+      warm: args.warm,
       jobs: args.jobs,
-      concurrency: CONCURRENCY,
+      concurrency,
+      local_queue_size: preset?.worker?.localQueue?.size ?? -1,
+      complete_job_batch_delay: preset?.worker?.completeJobBatchDelay ?? -1,
+      local_queue_started: localQueueStarted,
       seconds,
       jobs_per_second: args.jobs / seconds,
       first_job_ms: firstJobAt === null ? null : firstJobAt - start,
+      cpu_us_per_job: (cpu * 1e6) / args.jobs,
+      postgres_cpu_us_per_job:
+        postgresBefore === null || postgresAfter === null
+          ? null
+          : ((postgresAfter - postgresBefore) * 1e6) / args.jobs,
     })}\n`,
   );
 }

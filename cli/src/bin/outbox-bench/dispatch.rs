@@ -101,7 +101,7 @@ pub(crate) async fn run(
 
 /// The SQL limit: one connection, claim `batch` rows fetching id, type and payload into the
 /// client, then mark them done; until nothing is due. Events/s.
-async fn sql_limit(pool: &PgPool, batch: i64, events: i64) -> anyhow::Result<f64> {
+pub(crate) async fn sql_limit(pool: &PgPool, batch: i64, events: i64) -> anyhow::Result<f64> {
     let mut conn = pool
         .acquire()
         .await

@@ -41,15 +41,31 @@ pub(crate) struct HostRun {
 
 /// The graphile-worker script's one JSON line.
 #[derive(Deserialize)]
-struct GraphileWorkerRun {
+pub(crate) struct GraphileWorkerRun {
     /// graphile-worker's version as installed.
-    version: String,
+    pub(crate) version: String,
     /// Jobs drained.
-    jobs: i64,
-    /// Jobs per second, from the worker's start call until the job table was empty.
-    jobs_per_second: f64,
-    /// Milliseconds from the start call until the first job succeeded.
-    first_job_ms: Option<f64>,
+    pub(crate) jobs: i64,
+    /// Jobs per second, from the worker's start call (`--warm`: from the jobs' COMMIT) until
+    /// the job table was empty.
+    pub(crate) jobs_per_second: f64,
+    /// Milliseconds from the start call (`--warm`: the COMMIT) until the first job succeeded.
+    pub(crate) first_job_ms: Option<f64>,
+    /// The preset that ran (`defaults`, `performance`).
+    #[serde(default)]
+    pub(crate) preset: Option<String>,
+    /// Jobs run at once.
+    #[serde(default)]
+    pub(crate) concurrency: Option<u64>,
+    /// Whether graphile-worker started its local queue (the performance preset's batching).
+    #[serde(default)]
+    pub(crate) local_queue_started: Option<bool>,
+    /// CPU µs of the node process per job over the timed window.
+    #[serde(default)]
+    pub(crate) cpu_us_per_job: Option<f64>,
+    /// CPU µs of every PostgreSQL process per job over the timed window.
+    #[serde(default)]
+    pub(crate) postgres_cpu_us_per_job: Option<f64>,
 }
 
 /// The host end to end, graphile-worker on the same workload, and their ratio.
@@ -211,7 +227,7 @@ async fn watch_receipts(
             dispatched = Some(start.elapsed().as_secs_f64());
         }
         // The receipt writer's own count of committed receipts is watched while it runs (a
-        // numeric::count(*) of the growing table every few ms would load the database being measured);
+        // count(*) of the growing table every few ms would load the database being measured);
         // the table itself is counted once a second and once the writer says every receipt is
         // in, and only the table's count ends the run.
         let written = receivers.receipts_written();
@@ -222,7 +238,7 @@ async fn watch_receipts(
         if written >= numeric::count(n) || last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             let (receipts, not_ok): (i64, i64) = sqlx::query_as(
-                "SELECT numeric::count(*), numeric::count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
+                "SELECT count(*), count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
             )
             .fetch_one(pool)
             .await
@@ -252,26 +268,49 @@ async fn graphile_worker(
     settings: &Settings,
     n: i64,
 ) -> Option<GraphileWorkerRun> {
-    let what = "graphile-worker baseline";
+    let database = format!("{}_gw", args.database);
+    report.say(format_args!(
+        "  graphile-worker: {n} jobs committed in one transaction (graphile_worker.add_jobs) in database {database}, concurrency 10, no-op task, logging off"
+    ));
+    drain(
+        report,
+        "e2e",
+        "graphile-worker baseline",
+        settings,
+        &database,
+        n,
+        &[],
+    )
+    .await
+}
+
+/// Run `bench/graphile-worker/drain.mjs` on `n` jobs in `database` with `extra` arguments; its
+/// JSON line, or `None` after recording in `section` why `what` was skipped.
+pub(crate) async fn drain(
+    report: &mut Report,
+    section: &'static str,
+    what: &str,
+    settings: &Settings,
+    database: &str,
+    n: i64,
+    extra: &[&str],
+) -> Option<GraphileWorkerRun> {
     let dir = PathBuf::from(GRAPHILE_WORKER_DIR);
     if !dir.join("node_modules").join("graphile-worker").is_dir() {
         report.skip(
-            "e2e",
+            section,
             what,
             format!("{GRAPHILE_WORKER_DIR}/node_modules is missing: run `npm ci` there (scripts/bench.sh does) from the repository root"),
         );
         return None;
     }
-    let database = format!("{}_gw", args.database);
-    report.say(format_args!(
-        "  graphile-worker: {n} jobs committed in one transaction (graphile_worker.add_jobs) in database {database}, concurrency 10, no-op task, logging off"
-    ));
     let output = tokio::process::Command::new("node")
         .arg("drain.mjs")
         .arg("--jobs")
         .arg(n.to_string())
         .arg("--database")
-        .arg(&database)
+        .arg(database)
+        .args(extra)
         .current_dir(&dir)
         .env("DATABASE_URL", &settings.database_url)
         .kill_on_drop(true)
@@ -280,7 +319,7 @@ async fn graphile_worker(
     let output = match output {
         Ok(output) => output,
         Err(e) => {
-            report.skip("e2e", what, format!("cannot run `node`: {e}"));
+            report.skip(section, what, format!("cannot run `node`: {e}"));
             return None;
         }
     };
@@ -308,7 +347,7 @@ async fn graphile_worker(
                 (true, None) => "it printed nothing".to_string(),
             };
             report.skip(
-                "e2e",
+                section,
                 what,
                 format!(
                     "failed: {why}; stderr: {}",

@@ -1,7 +1,9 @@
-//! A real `outbox run --dispatcher-only` process (the `outbox` binary next to `outbox-bench`),
-//! for the sections that measure the host as operators run it: started on the bench database
-//! and prefix with HTTP off, its stderr drained (last lines kept for errors), read from `/proc`
-//! (memory, CPU time), stopped as an operator stops it. It measures nothing itself.
+//! A real `outbox run` process (the `outbox` binary next to `outbox-bench`), for the sections
+//! that measure the host as operators run it: started on the bench database and prefix
+//! (`--dispatcher-only` with HTTP off, or as [`RunOptions`] say: the full `run`, an HTTP
+//! address, the configuration's own batch size), its stderr drained (last lines kept for
+//! errors), read from `/proc` (memory, CPU time), stopped as an operator stops it. It measures
+//! nothing itself.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,7 +26,21 @@ pub(crate) fn outbox_binary() -> anyhow::Result<Option<PathBuf>> {
     Ok(exe.is_file().then_some(exe))
 }
 
-/// One running `outbox run --dispatcher-only`.
+/// How [`HostProcess::spawn_with`] starts `outbox run`.
+pub(crate) struct RunOptions<'a> {
+    /// `--config` (none: the binary's own default).
+    pub(crate) config_path: Option<&'a Path>,
+    /// `--dispatcher-only`; otherwise the full `run` (dispatcher and receivers).
+    pub(crate) dispatcher_only: bool,
+    /// `OUTBOX_HTTP_ADDR` (the empty string turns the listener off).
+    pub(crate) http_addr: &'a str,
+    /// `OUTBOX_DISPATCH_BATCH_SIZE`; none leaves it to the configuration (or the environment).
+    pub(crate) batch_size: Option<i64>,
+    /// `OUTBOX_PLUGIN_DIR`.
+    pub(crate) plugin_dir: &'a Path,
+}
+
+/// One running `outbox run`.
 pub(crate) struct HostProcess {
     child: Child,
     /// Its process id.
@@ -40,20 +56,42 @@ impl HostProcess {
         config_path: Option<&Path>,
         settings: &Settings,
     ) -> anyhow::Result<Self> {
+        Self::spawn_with(
+            exe,
+            settings,
+            &RunOptions {
+                config_path,
+                dispatcher_only: true,
+                http_addr: "",
+                batch_size: Some(settings.dispatch_batch_size),
+                plugin_dir: &settings.plugin_dir,
+            },
+        )
+    }
+
+    /// Start `exe run` as `options` say on the database, Redis and prefix of `settings`.
+    pub(crate) fn spawn_with(
+        exe: &Path,
+        settings: &Settings,
+        options: &RunOptions<'_>,
+    ) -> anyhow::Result<Self> {
         let mut command = Command::new(exe);
-        if let Some(path) = config_path {
+        if let Some(path) = options.config_path {
             command.arg("--config").arg(path);
         }
+        command.arg("run");
+        if options.dispatcher_only {
+            command.arg("--dispatcher-only");
+        }
+        if let Some(batch) = options.batch_size {
+            command.env("OUTBOX_DISPATCH_BATCH_SIZE", batch.to_string());
+        }
         command
-            .args(["run", "--dispatcher-only"])
             .env("DATABASE_URL", &settings.database_url)
+            .env("REDIS_URL", &settings.redis_url)
             .env("OUTBOX_REDIS_PREFIX", &settings.redis_prefix)
-            .env("OUTBOX_HTTP_ADDR", "")
-            .env(
-                "OUTBOX_DISPATCH_BATCH_SIZE",
-                settings.dispatch_batch_size.to_string(),
-            )
-            .env("OUTBOX_PLUGIN_DIR", &settings.plugin_dir)
+            .env("OUTBOX_HTTP_ADDR", options.http_addr)
+            .env("OUTBOX_PLUGIN_DIR", options.plugin_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -3,7 +3,8 @@
 //! dispatch with ordering keys against the same events without them, commit-to-enqueue
 //! latency, the router plugin against the native table, fresh instantiation, receiver throughput, the capability check in WebAssembly against Rust, host memory over a
 //! million events, the claim's cost with few and many finished rows, and dispatch and the empty
-//! claim after millions of events passed through the table.
+//! claim after millions of events passed through the table, and the `outbox` binary as deployed
+//! (shipped configuration and plugins) timed from outside.
 //!
 //! `scripts/bench.sh` (release build, plugins, graphile-worker baseline) or
 //! `cargo run --release -p outbox-cli --bin outbox-bench` from the repository root (PostgreSQL
@@ -38,6 +39,7 @@ mod claim_cost;
 mod cluster;
 mod common;
 mod console;
+mod deployed;
 mod dispatch;
 mod e2e;
 mod host_process;
@@ -136,6 +138,16 @@ struct Args {
     /// Requests timed per console page.
     #[arg(long, default_value_t = 20)]
     console_samples: usize,
+    /// Events the deployed section commits at once into `outbox run` end to end (and jobs of
+    /// its graphile-worker runs).
+    #[arg(long, default_value_t = 40_000)]
+    deployed_events: i64,
+    /// Events the deployed section commits at once into each `outbox run --dispatcher-only`.
+    #[arg(long, default_value_t = 100_000)]
+    deployed_dispatch_events: i64,
+    /// Seconds of offered load in each of the deployed section's latency runs.
+    #[arg(long, default_value_t = 5)]
+    deployed_latency_seconds: u64,
     /// Run only these sections (comma-separated; default all).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
@@ -175,6 +187,9 @@ enum Section {
     /// The end-to-end run on a Redis Cluster against one Redis node.
     Cluster,
     Console,
+    /// The `outbox` binary as deployed (shipped routes.toml and plugins, HTTP on), timed from
+    /// outside: end to end against graphile-worker, dispatch against the SQL limit, latency.
+    Deployed,
 }
 
 #[tokio::main]
@@ -244,6 +259,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if run(Section::Rss) {
         rss::run(&args, &mut report, &config, &pool, &settings).await?;
+    }
+    if run(Section::Deployed) {
+        deployed::run(&args, &mut report, &settings).await?;
     }
     report.finish()
 }
