@@ -40,6 +40,7 @@ mod cluster;
 mod common;
 mod console;
 mod deployed;
+mod deployment;
 mod dispatch;
 mod e2e;
 mod host_process;
