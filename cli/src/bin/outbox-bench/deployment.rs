@@ -293,26 +293,17 @@ pub(crate) async fn e2e_timed(
     tx.commit().await.context("commit the bench events")?;
     let deadline = start + RUN_DEADLINE;
     // Cheap until the last event has its receipt (one primary-key probe), then the count.
-    loop {
-        host.ensure_running()?;
+    poll_until(host, deadline, Duration::from_millis(10), || async {
         let last_done: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox_receipt WHERE event_id = $1)")
                 .bind(last)
                 .fetch_one(pool)
                 .await
                 .context("look for the last event's receipt")?;
-        if last_done {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the last event had no receipt after {} s",
-            RUN_DEADLINE.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    loop {
-        host.ensure_running()?;
+        Ok((!last_done).then(|| "the last event had no receipt".to_string()))
+    })
+    .await?;
+    poll_until(host, deadline, Duration::from_millis(5), || async {
         let (ok, not_ok): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE result = 'ok'), count(*) FILTER (WHERE result <> 'ok') FROM outbox_receipt",
         )
@@ -323,16 +314,9 @@ pub(crate) async fn e2e_timed(
             not_ok == 0,
             "{not_ok} receipts other than ok ({ok} ok of {n})"
         );
-        if ok >= n {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {ok} of {n} ok receipts after {} s",
-            RUN_DEADLINE.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        Ok((ok < n).then(|| format!("only {ok} of {n} ok receipts")))
+    })
+    .await?;
     let seconds = start.elapsed().as_secs_f64();
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
     Ok(Timed { seconds, cpu })
@@ -371,8 +355,7 @@ pub(crate) async fn dispatch_timed(
     tx.commit().await.context("commit the dispatch events")?;
     let deadline = start + RUN_DEADLINE;
     // Cheap until the last event is done (one primary-key probe), then the claim index's count.
-    loop {
-        host.ensure_running()?;
+    poll_until(host, deadline, Duration::from_millis(10), || async {
         let last_done: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM outbox_event WHERE id = $1 AND status = 'done')",
         )
@@ -380,34 +363,19 @@ pub(crate) async fn dispatch_timed(
         .fetch_one(pool)
         .await
         .context("look at the last event")?;
-        if last_done {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the last event was not done after {} s",
-            RUN_DEADLINE.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    loop {
-        host.ensure_running()?;
+        Ok((!last_done).then(|| "the last event was not done".to_string()))
+    })
+    .await?;
+    poll_until(host, deadline, Duration::from_millis(5), || async {
         let remaining: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM outbox_event WHERE status IN ('pending', 'processing')",
         )
         .fetch_one(pool)
         .await
         .context("count the events not done")?;
-        if remaining == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{remaining} of {n} events not done after {} s",
-            RUN_DEADLINE.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        Ok((remaining > 0).then(|| format!("{remaining} of {n} events not done")))
+    })
+    .await?;
     let seconds = start.elapsed().as_secs_f64();
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
     let failed: i64 =
@@ -417,4 +385,30 @@ pub(crate) async fn dispatch_timed(
             .context("count the events not done")?;
     anyhow::ensure!(failed == 0, "{failed} of {n} events ended other than done");
     Ok(Timed { seconds, cpu })
+}
+
+/// Run `check` every `every` until it finds what it waits for (`None`), failing if `host` exits
+/// or `deadline` passes; `Some(what)` says what is still missing, for that error.
+async fn poll_until<F, Fut>(
+    host: &mut HostProcess,
+    deadline: Instant,
+    every: Duration,
+    mut check: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<String>>>,
+{
+    loop {
+        host.ensure_running()?;
+        let Some(missing) = check().await? else {
+            return Ok(());
+        };
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{missing} after {} s",
+            RUN_DEADLINE.as_secs()
+        );
+        tokio::time::sleep(every).await;
+    }
 }
