@@ -92,7 +92,8 @@ impl Dispatcher {
             self.wake.clone(),
             shutdown.clone(),
         ));
-        let mut in_flight: JoinSet<()> = JoinSet::new();
+        // Each batch in flight answers whether its end may have made rows claimable at once.
+        let mut in_flight: JoinSet<bool> = JoinSet::new();
         let mut backoff = Backoff::new();
         let mut sink_backoff = Backoff::new();
         // A claim failed on a blip: it may have committed with its reply lost.
@@ -166,21 +167,28 @@ impl Dispatcher {
             caught_up = claim.events.len() < self.batch_len();
             let me = self.clone();
             let claimed_at = claim.claimed_at;
+            // Finishing the head of an ordering key makes the key's next event claimable.
+            let unblocks_keys = claim.events.iter().any(|e| e.ordering_key.is_some());
             self.hold(claimed_at, true);
             in_flight.spawn(async move {
                 let dispatched = me.dispatch_claim(claim).await;
                 me.hold(claimed_at, false);
                 match dispatched {
                     Ok(report) if report.redis_unavailable => {
-                        me.gate.blipped.store(true, Ordering::Release)
+                        me.gate.blipped.store(true, Ordering::Release);
+                        true
                     }
-                    Ok(_) => me.gate.clean.store(true, Ordering::Release),
+                    Ok(report) => {
+                        me.gate.clean.store(true, Ordering::Release);
+                        unblocks_keys || report.retried > 0 || report.released > 0
+                    }
                     Err(e) => {
                         // Retried on fresh connections for as long as the lease allowed: the rows
                         // stay leased and are claimed again after the lease; the enqueue is
                         // idempotent, so nothing is doubled.
                         tracing::error!(error = %e, "cannot record batch outcomes; rows will be reclaimed after the lease");
                         metrics::counter!("outbox_dispatch_errors_total", "stage" => "record").increment(1);
+                        true
                     }
                 }
             });
@@ -210,15 +218,26 @@ impl Dispatcher {
     }
 
     /// Sleep until there may be something to claim: a new event (`NOTIFY`), the next row's due
-    /// time or lease end (at most the poll interval), a batch in flight finishing (it may have
-    /// released rows due at once), or shutdown.
-    async fn wait_for_work(&self, in_flight: &mut JoinSet<()>, shutdown: &CancellationToken) {
-        let wait = self.idle_wait().await;
-        tokio::select! {
-            _ = self.wake.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.cancelled() => {}
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+    /// time or lease end (at most the poll interval), a batch in flight finishing in a way that
+    /// may have made rows claimable at once (it put rows back, or it held the head of an ordering
+    /// key), or shutdown. A batch that only marked its rows done changes nothing claimable: at a
+    /// trickle of events, waking for it cost a claim that found nothing and another look at the
+    /// next due time per event.
+    async fn wait_for_work(&self, in_flight: &mut JoinSet<bool>, shutdown: &CancellationToken) {
+        let wait = tokio::time::sleep(self.idle_wait().await);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = self.wake.notified() => return,
+                _ = &mut wait => return,
+                _ = shutdown.cancelled() => return,
+                Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    // A batch task that panicked or was aborted: look again.
+                    if joined.unwrap_or(true) {
+                        return;
+                    }
+                }
+            }
         }
     }
 

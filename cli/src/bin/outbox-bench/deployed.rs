@@ -16,6 +16,8 @@
 //!   as many rows at the same batch.
 //! - latency: the full `outbox run`, one event per transaction at 1000/s and 5000/s, commit to
 //!   queue entry read from the stream as the latency section reads it.
+//! - churn (`deployed_churn`): a freshly started `outbox run --dispatcher-only` after
+//!   `--deployed-churn` events went through the table, against a fresh table.
 //!
 //! CPU per event is read from `/proc`: the `outbox` process, and every `postgres` and
 //! `redis-server` process on the machine (the bench's own few polling queries included).
@@ -32,6 +34,7 @@ use redis::AsyncCommands as _;
 use sqlx::PgPool;
 
 use crate::common::{clear_redis, percentile_index, redis_connection, BENCH_QUEUE};
+use crate::deployed_churn;
 use crate::deployment::{
     deployment, dispatch_timed, e2e_timed, fresh_database, insert_dispatch_events, start_host,
     stop_host, Deployment, ECHO_PLUGIN, SHIPPED_ROUTES,
@@ -186,6 +189,7 @@ pub(crate) async fn run(
     end_to_end(args, report, settings, &exe, &deployment, &database).await?;
     dispatch(args, report, settings, &exe, &deployment, &database).await?;
     latency(args, report, settings, &exe, &deployment, &database).await?;
+    deployed_churn::run(args, report, settings, &exe, &deployment, &database).await?;
     clear_redis(settings).await?;
     Ok(())
 }

@@ -40,6 +40,7 @@ mod cluster;
 mod common;
 mod console;
 mod deployed;
+mod deployed_churn;
 mod deployment;
 mod dispatch;
 mod e2e;
@@ -146,6 +147,10 @@ struct Args {
     /// Events the deployed section commits at once into each `outbox run --dispatcher-only`.
     #[arg(long, default_value_t = 100_000)]
     deployed_dispatch_events: i64,
+    /// Events through the table (cumulative, comma-separated) after which the deployed section
+    /// times a freshly started `outbox run --dispatcher-only` against a fresh table (0: none).
+    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    deployed_churn: Vec<i64>,
     /// Seconds of offered load in each of the deployed section's latency runs.
     #[arg(long, default_value_t = 5)]
     deployed_latency_seconds: u64,
