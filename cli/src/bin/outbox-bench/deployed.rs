@@ -13,7 +13,8 @@
 //! - dispatch: `outbox run --dispatcher-only`, batch 1000 and 100, `--deployed-dispatch-events`
 //!   events over four types the shipped routes send to four queues, committed in one
 //!   transaction, timed until every one is `done`; against the dispatch section's SQL limit on
-//!   as many rows at the same batch.
+//!   as many rows at the same batch, on the same freshly created table (not vacuumed) with its
+//!   session set as the dispatcher's (asynchronous commit, no sequential scans).
 //! - latency: the full `outbox run`, one event per transaction at 1000/s and 5000/s, commit to
 //!   queue entry read from the stream as the latency section reads it.
 //! - churn (`deployed_churn`): a freshly started `outbox run --dispatcher-only` after
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use outbox_host::config::Settings;
 use outbox_host::queue::{QueueEntry, QueueKeys};
-use outbox_host::{numeric, publish, NewEvent};
+use outbox_host::{numeric, publish, store, NewEvent};
 use redis::AsyncCommands as _;
 use sqlx::PgPool;
 
@@ -383,13 +384,14 @@ async fn dispatch(
         let mut best_limit = 0f64;
         let mut best: Option<Timed> = None;
         for round in 1..=args.rounds {
+            // The SQL limit on the table the host meets: freshly created, the events committed
+            // in one transaction, not vacuumed; its session set as the dispatcher's are
+            // (asynchronous commit, no sequential scans).
             let (pool, _) = fresh_database(settings, database).await?;
             insert_dispatch_events(&pool, n).await?;
-            sqlx::query("VACUUM ANALYZE outbox_event")
-                .execute(&pool)
-                .await
-                .context("vacuum outbox_event")?;
-            let limit = sql_limit(&pool, case.batch, n).await;
+            let dispatch_sessions = store::dispatch_pool(&pool);
+            let limit = sql_limit(&dispatch_sessions, case.batch, n).await;
+            dispatch_sessions.close().await;
             pool.close().await;
             let limit = limit?;
 

@@ -31,8 +31,7 @@ const SQL_LIMIT_CLAIM: &str = r#"
     )
     UPDATE outbox_event e
     SET status = 'processing', available_at = now() + interval '5 minutes'
-    FROM due
-    WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM due)) AND e.ctid = due.ctid
+    WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM due))
     RETURNING e.id, e.event_type, e.payload::text AS payload
 "#;
 
