@@ -257,9 +257,11 @@ pub struct Claim {
 }
 
 /// The claim statement of [`claim_due_events`] (`$1` limit, `$2` worker id, `$3` lease in
-/// seconds, `$4` the claim horizon or NULL), public so that tests can check its plan.
+/// seconds, `$4` the claim horizon or NULL, `$5` its first id or NULL), public so that tests
+/// can check its plan.
 ///
-/// The index is read from the claim horizon (see `horizon`): no claimable row is earlier, and
+/// The index is read from the claim horizon (see `horizon`: its instant, and the first live
+/// row's id when that row alone bounds it): no claimable row is earlier, and
 /// the entries before it are those finished events left behind.
 ///
 /// The update reaches the locked rows by their `ctid` list alone (one TID scan of exactly those
@@ -286,7 +288,8 @@ pub const CLAIM_SQL: &str = r#"
         SELECT ctid, id, status AS previous_status
         FROM outbox_event candidate
         WHERE status IN ('pending', 'processing') AND available_at <= now()
-          AND available_at >= coalesce($4, '-infinity'::timestamptz)
+          AND (available_at, id) >= (coalesce($4, '-infinity'::timestamptz),
+                                     coalesce($5, -9223372036854775808))
           AND (status = 'pending' OR claim_expires_at <= now())
           AND (ordering_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM outbox_event earlier
@@ -345,6 +348,7 @@ pub async fn claim_due_events_from(
         .bind(worker_id)
         .bind(lease.as_secs_f64())
         .bind(horizon.at)
+        .bind(horizon.from_id)
         .fetch_all(pool)
         .await
         .context("claim_due_events")?;

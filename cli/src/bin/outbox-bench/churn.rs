@@ -267,7 +267,7 @@ async fn probe(
         .with_context(|| format!("MEMORY USAGE {stream}"))?;
     clear_redis(settings).await?;
     // The claim as the dispatcher makes it (from its horizon), and read from the start.
-    let horizon = store::claim_horizon(pool, None).await?;
+    let horizon = store::claim_horizon(pool, store::ClaimHorizon::everything()).await?;
     let empty_claim_ms = median_empty_claim(pool, args.batch, horizon).await?;
     let from_start_ms =
         median_empty_claim(pool, args.batch, store::ClaimHorizon::everything()).await?;

@@ -195,6 +195,7 @@ async fn explain_claim(pool: &PgPool, batch: i64) -> anyhow::Result<(String, i64
     .bind("bench-explain")
     .bind(300.0_f64)
     .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .bind(None::<i64>)
     .fetch_all(&mut *tx)
     .await
     .context("EXPLAIN the claim")?;
@@ -209,6 +210,7 @@ async fn explain_claim(pool: &PgPool, batch: i64) -> anyhow::Result<(String, i64
     .bind("bench-explain")
     .bind(300.0_f64)
     .bind(None::<chrono::DateTime<chrono::Utc>>)
+    .bind(None::<i64>)
     .fetch_one(&mut *tx)
     .await
     .context("EXPLAIN the claim (JSON)")?;
