@@ -18,7 +18,9 @@
 //! [`FULL_SCAN_EVERY_INEXACT`]): sessions of other roles whose transaction starts this role may
 //! not read (without `pg_read_all_stats`), covered by [`HIDDEN_MARGIN`] (a hidden transaction
 //! open longer than that may wait for the next full scan); and a row written by hand with an
-//! `available_at` in the past. [`HorizonTracker`] keeps one dispatcher's horizon fresh. This
+//! `available_at` in the past. When the oldest live row alone bounds the horizon, it also names
+//! that row's id ([`ClaimHorizon::from_id`]), so claims inside a burst committed at one instant
+//! start at the burst's first live row. [`HorizonTracker`] keeps one dispatcher's horizon fresh. This
 //! module never locks or writes a row.
 
 use std::time::Duration;
