@@ -20,8 +20,8 @@
 //! open longer than that may wait for the next full scan); and a row written by hand with an
 //! `available_at` in the past. When the oldest live row alone bounds the horizon, it also names
 //! that row's id ([`ClaimHorizon::from_id`]), so claims inside a burst committed at one instant
-//! start at the burst's first live row. [`HorizonTracker`] keeps one dispatcher's horizon fresh. This
-//! module never locks or writes a row.
+//! start at the burst's first live row. [`HorizonTracker`] keeps one dispatcher's horizon
+//! fresh. This module never locks or writes a row.
 
 use std::time::Duration;
 
