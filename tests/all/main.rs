@@ -13,6 +13,7 @@ mod bullmq;
 mod capabilities;
 mod capability_bounds;
 mod claim;
+mod claim_horizon;
 mod console;
 mod console_access;
 mod contracts;
