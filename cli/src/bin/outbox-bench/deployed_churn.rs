@@ -66,8 +66,8 @@ async fn churn(
     stop_host(host, result).await
 }
 
-/// `deployed.churn` (one figure per checkpoint): a fresh `outbox run`'s dispatch rate after each checkpoint against a
-/// fresh table's.
+/// `deployed.churn` (one figure per checkpoint): a fresh `outbox run`'s dispatch rate after
+/// each checkpoint against a fresh table's.
 pub(crate) async fn run(
     args: &Args,
     report: &mut Report,
@@ -89,8 +89,7 @@ pub(crate) async fn run(
         checkpoints.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
     ));
     let (pool, bench) = fresh_database(settings, database).await?;
-    let fresh = probe(exe, deployment, &bench, &pool, n).await;
-    let fresh = match fresh {
+    let fresh = match probe(exe, deployment, &bench, &pool, n).await {
         Ok(rate) => rate,
         Err(e) => {
             pool.close().await;

@@ -270,6 +270,25 @@ pub(crate) async fn stop_host<T>(
     result.map_err(|e| e.context(format!("outbox run (last lines of its stderr):\n{tail}")))
 }
 
+/// Commit `tx`, which inserted `what`, starting the clock at the COMMIT: the last event's id,
+/// the CPU counters and the instant just before it.
+async fn commit_timed(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    host: &HostProcess,
+    what: &str,
+) -> anyhow::Result<(i64, Cpu, Instant)> {
+    let last: i64 = sqlx::query_scalar("SELECT max(id) FROM outbox_event")
+        .fetch_one(&mut *tx)
+        .await
+        .context("read the last event id")?;
+    let before = Cpu::now(host.pid);
+    let start = Instant::now();
+    tx.commit()
+        .await
+        .with_context(|| format!("commit {what}"))?;
+    Ok((last, before, start))
+}
+
 /// Commit `n` `bench.echo` events in one transaction and time until every `ok` receipt.
 pub(crate) async fn e2e_timed(
     host: &mut HostProcess,
@@ -284,13 +303,7 @@ pub(crate) async fn e2e_timed(
     .execute(&mut *tx)
     .await
     .context("insert the bench events")?;
-    let last: i64 = sqlx::query_scalar("SELECT max(id) FROM outbox_event")
-        .fetch_one(&mut *tx)
-        .await
-        .context("read the last event id")?;
-    let before = Cpu::now(host.pid);
-    let start = Instant::now();
-    tx.commit().await.context("commit the bench events")?;
+    let (last, before, start) = commit_timed(tx, host, "the bench events").await?;
     let deadline = start + RUN_DEADLINE;
     // Cheap until the last event has its receipt (one primary-key probe), then the count.
     poll_until(host, deadline, Duration::from_millis(10), || async {
@@ -346,13 +359,7 @@ pub(crate) async fn dispatch_timed(
 ) -> anyhow::Result<Timed> {
     let mut tx = pool.begin().await.context("begin")?;
     insert_dispatch_events(&mut *tx, n).await?;
-    let last: i64 = sqlx::query_scalar("SELECT max(id) FROM outbox_event")
-        .fetch_one(&mut *tx)
-        .await
-        .context("read the last event id")?;
-    let before = Cpu::now(host.pid);
-    let start = Instant::now();
-    tx.commit().await.context("commit the dispatch events")?;
+    let (last, before, start) = commit_timed(tx, host, "the dispatch events").await?;
     let deadline = start + RUN_DEADLINE;
     // Cheap until the last event is done (one primary-key probe), then the claim index's count.
     poll_until(host, deadline, Duration::from_millis(10), || async {
