@@ -377,6 +377,49 @@ async fn a_dead_hosts_claims_are_released_when_its_heartbeat_stops_without_burni
     env.cleanup().await;
 }
 
+/// An idle dispatcher looks at the table once per poll interval (or when notified), not in a
+/// loop: with nothing pending or leased there is no next due time, and it sleeps the interval.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_idle_dispatcher_looks_at_the_table_once_per_poll_interval(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    env.settings.dispatch_interval = Duration::from_millis(500);
+    let next_due = store::time_until_next_due(&env.pool, store::ClaimHorizon::everything())
+        .await
+        .unwrap();
+    assert_eq!(
+        next_due, None,
+        "nothing pending has no due time (not 'due now')"
+    );
+
+    let dispatcher = env.dispatcher("idle-host").await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = committed_transactions(&env.pool).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    shutdown.cancel();
+    task.await.unwrap();
+    // Sessions report their counts once idle, within a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let idling = committed_transactions(&env.pool).await - before;
+    assert!(
+        idling < 60,
+        "{idling} transactions in 3 s of idling: a claim and a look at the due time every 10 ms \
+         would be about 600, one of each per 500 ms interval about 12"
+    );
+    env.cleanup().await;
+}
+
+/// Transactions committed in this test's database so far (`pg_stat_database`).
+async fn committed_transactions(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 /// The dispatcher's own connections commit without waiting for the WAL flush (its claims and
 /// outcome records are idempotent to lose in a PostgreSQL crash; see `store::dispatch_pool`);
 /// the pool it was made from, which producers and receipts use, keeps the server's setting.

@@ -390,9 +390,9 @@ pub async fn time_until_next_due(
 ) -> Result<Option<Duration>, StoreError> {
     let secs: Option<f64> = sqlx::query_scalar(
         r#"
-        SELECT greatest(0, extract(epoch FROM min(
+        SELECT extract(epoch FROM min(
                    CASE WHEN status = 'processing' THEN claim_expires_at ELSE available_at END
-               ) - now()))::float8
+               ) - now())::float8
         FROM outbox_event candidate
         WHERE status IN ('pending', 'processing')
           AND available_at >= coalesce($1, '-infinity'::timestamptz)
@@ -407,7 +407,9 @@ pub async fn time_until_next_due(
     .fetch_one(pool)
     .await
     .context("time_until_next_due")?;
-    Ok(secs.map(Duration::from_secs_f64))
+    // Clamped here, not with SQL's `greatest(0, ...)`: that ignores a NULL and made "nothing
+    // pending" read as "due now", so an idle dispatcher looked again every 10 ms.
+    Ok(secs.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)))
 }
 
 /// Destinations of fan-out events that were already handed off in an earlier attempt.
