@@ -77,9 +77,7 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
     let options: PgConnectOptions = database_url
         .parse()
         .context(format!("invalid DATABASE_URL {database_url:?}"))?;
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
+    pool_options(max_connections)
         .connect_with(options.application_name("outbox"))
         .await
         .context(format!("connect to PostgreSQL at {}", redact(database_url)))
@@ -111,13 +109,39 @@ pub const DISPATCH_CONNECTIONS: u32 = 6;
 /// sequential scans priced out it keeps the index and TID plans whatever the statistics say,
 /// including in a generic plan cached while the table was empty.
 pub fn dispatch_pool(pool: &PgPool) -> PgPool {
-    let options = (*pool.connect_options())
-        .clone()
-        .options([("synchronous_commit", "off"), ("enable_seqscan", "off")]);
+    let options = (*pool.connect_options()).clone().options([
+        ("synchronous_commit", "off"),
+        ("enable_seqscan", "off"),
+        ("plan_cache_mode", "force_generic_plan"),
+    ]);
+    pool_options(DISPATCH_CONNECTIONS).connect_lazy_with(options)
+}
+
+/// How long a pooled connection may have been idle and still be handed out without a ping.
+pub const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// The options of the host's pools: at most `max_connections`, a 5 s acquire timeout, and a
+/// connection that sat idle for [`PING_WHEN_IDLE_FOR`] or longer pinged before it is handed out
+/// (a dead one is closed and another taken), one in use more recently handed out as is.
+///
+/// sqlx's default pings every connection it hands out, and pings it again when it comes back:
+/// with both, a statement cost three round trips to PostgreSQL; at a trickle of events (a claim,
+/// an outcome record and a receipt write per event) the pings outnumbered the statements, and an
+/// acquire ping sat in front of every claim. A connection cut while in use,
+/// or within the second, fails its statement instead of being replaced silently; every caller
+/// already treats that as a blip (retried on a fresh connection, no attempt counted), and the
+/// ping on return, which sqlx always makes, closes the dead connection.
+fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
-        .max_connections(DISPATCH_CONNECTIONS)
+        .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy_with(options)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                use sqlx::Connection;
+                Ok(meta.idle_for < PING_WHEN_IDLE_FOR || conn.ping().await.is_ok())
+            })
+        })
 }
 
 /// Whether PostgreSQL answers on a connection of `pool` (what readiness checks).
