@@ -187,6 +187,13 @@ pub const RECEIPT_RETRY_FOR: Duration = Duration::from_secs(30);
 /// How long a read of the receipts stream waits for new entries.
 const READ_BLOCK: Duration = Duration::from_millis(1000);
 
+/// How long the writer waits, after a read that found fewer than a batch of new receipts, for
+/// more to arrive before it writes them all in one statement. At a trickle of events a read
+/// finds one receipt: without this, every event cost a statement in PostgreSQL and two more
+/// round trips to Redis (the read, the acknowledgement), with it one of each per this interval.
+/// A receipt reaches `outbox_receipt` at most this much later.
+const RECEIPT_LINGER: Duration = Duration::from_millis(10);
+
 /// How long a writer whose receivers are all gone keeps writing what is already in the stream.
 const FINAL_WRITE_FOR: Duration = Duration::from_secs(5);
 
@@ -353,7 +360,7 @@ impl ReceiptWriter {
                     Some(READ_BLOCK)
                 };
                 tokio::select! {
-                    r = self.read(connection, from, block) => r,
+                    r = self.read(connection, from, block, RECEIPT_BATCH) => r,
                     _ = gone.cancelled(), if closing.is_none() => {
                         // Every receiver is gone: write what is in the stream, then stop. The
                         // cut read's entries (if any) are this consumer's pending entries now.
@@ -363,7 +370,7 @@ impl ReceiptWriter {
                     }
                 }
             };
-            let entries = match read {
+            let mut entries = match read {
                 Ok(entries) => entries,
                 Err(e) => {
                     conn = None;
@@ -379,6 +386,18 @@ impl ReceiptWriter {
                     continue;
                 }
             };
+            if from == ReadFrom::New
+                && closing.is_none()
+                && !entries.is_empty()
+                && entries.len() < RECEIPT_BATCH
+            {
+                tokio::time::sleep(RECEIPT_LINGER).await;
+                // A failed read here leaves what arrived meanwhile for the next one.
+                let more = RECEIPT_BATCH - entries.len();
+                if let Ok(more) = self.read(connection, ReadFrom::New, None, more).await {
+                    entries.extend(more);
+                }
+            }
             if entries.is_empty() {
                 match (from, closing) {
                     (ReadFrom::OwnPending, _) => from = ReadFrom::New,
@@ -426,17 +445,18 @@ impl ReceiptWriter {
         }
     }
 
-    /// Up to [`RECEIPT_BATCH`] entries: this consumer's pending ones, or new ones (waiting up
-    /// to `block` for them).
+    /// Up to `count` entries: this consumer's pending ones, or new ones (waiting up to `block`
+    /// for them).
     async fn read(
         &self,
         conn: &mut RedisConn,
         from: ReadFrom,
         block: Option<Duration>,
+        count: usize,
     ) -> redis::RedisResult<Vec<StreamId>> {
         let mut opts = StreamReadOptions::default()
             .group(CONSUMER_GROUP, &self.consumer)
-            .count(RECEIPT_BATCH);
+            .count(count);
         if let Some(block) = block {
             opts = opts.block(block.as_millis() as usize);
         }

@@ -1,10 +1,10 @@
 //! Receipts: writing what each handler made of each event to `outbox_receipt`.
 //!
 //! Owns the receipt row ([`Receipt`]), what the receivers' receipt writer writes
-//! ([`ReceiptUpdate`]: an outcome, or a duplicate delivery counted on the row) and the one
-//! transaction a batch of them is written in ([`write_receipt_updates`]): updates of one
-//! (event, handler) merged first, outcomes as one upsert that keeps a row's newer outcome, and
-//! duplicate counts as one update. Writing one twice changes nothing but a `duplicates` count:
+//! ([`ReceiptUpdate`]: an outcome, or a duplicate delivery counted on the row) and how a batch
+//! of them is written atomically ([`write_receipt_updates`]): updates of one (event, handler)
+//! merged first, outcomes as one upsert that keeps a row's newer outcome, and duplicate counts
+//! as one update. Writing one twice changes nothing but a `duplicates` count:
 //! each row keeps the outcome of the highest receipts stream position (the latest recorded) and
 //! unions the published ids. It never reads Redis: how a receipt travels to it (the receipts
 //! stream and its writer) is `receive::receipts`.
@@ -127,8 +127,9 @@ const ADD_DUPLICATES: &str = r#"
             WHERE r.event_id = v.event_id AND r.handler = v.handler
             "#;
 
-/// Write one batch in one transaction (so a retry repeats all of it or none): outcomes as one
-/// upsert, duplicate counts of rows without an outcome in the batch as one update. Updates of the
+/// Write one batch atomically (so a retry repeats all of it or none): outcomes as one upsert,
+/// duplicate counts of rows without an outcome in the batch as one update, in one transaction
+/// when the batch needs both (one statement alone is autocommitted). Updates of the
 /// same (event, handler) are merged first (the outcome of the highest stream position wins;
 /// published ids and duplicates add up), and the upsert keeps a row's outcome when it holds a
 /// newer one than the batch: whatever order receipts arrive in, the latest recorded outcome
@@ -174,63 +175,73 @@ pub async fn write_receipt_updates(
             }
         }
     }
-    let mut tx = pool.begin().await?;
-    if !rows.is_empty() {
-        let published: Vec<String> = rows
-            .iter()
-            .map(|(r, _, _)| {
-                let ids: Vec<String> = r.published.iter().map(i64::to_string).collect();
-                format!("{{{}}}", ids.join(","))
-            })
-            .collect();
-        sqlx::query(&UPSERT_OUTCOMES_SQL)
-            .bind(rows.iter().map(|(r, _, _)| r.event_id).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|(r, _, _)| r.handler.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                rows.iter()
-                    .map(|(r, _, _)| r.queue.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(rows.iter().map(|(r, _, _)| r.result).collect::<Vec<_>>())
-            .bind(rows.iter().map(|(r, _, _)| r.attempts).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|(r, _, _)| r.duration_ms)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(published)
-            .bind(
-                rows.iter()
-                    .map(|(r, _, _)| r.error.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(rows.iter().map(|(_, _, d)| *d).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|(_, p, _)| p.map(|p| p.0))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                rows.iter()
-                    .map(|(_, p, _)| p.map(|p| p.1))
-                    .collect::<Vec<_>>(),
-            )
-            .execute(&mut *tx)
-            .await?;
-    }
-    if !dup_ids.is_empty() {
+    let upsert = (!rows.is_empty()).then(|| upsert_outcomes(&rows));
+    let duplicates = (!dup_ids.is_empty()).then(|| {
         sqlx::query(ADD_DUPLICATES)
             .bind(dup_ids)
             .bind(dup_handlers)
             .bind(dup_counts)
-            .execute(&mut *tx)
-            .await?;
+    });
+    match (upsert, duplicates) {
+        (Some(upsert), Some(duplicates)) => {
+            let mut tx = pool.begin().await?;
+            upsert.execute(&mut *tx).await?;
+            duplicates.execute(&mut *tx).await?;
+            tx.commit().await
+        }
+        // One statement commits on its own: no BEGIN and COMMIT round trips.
+        (Some(one), None) | (None, Some(one)) => one.execute(pool).await.map(drop),
+        (None, None) => Ok(()),
     }
-    tx.commit().await
+}
+
+/// The upsert of a batch's outcomes (see [`write_receipt_updates`]).
+fn upsert_outcomes(
+    rows: &[(Receipt, Option<StreamPosition>, i32)],
+) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let published: Vec<String> = rows
+        .iter()
+        .map(|(r, _, _)| {
+            let ids: Vec<String> = r.published.iter().map(i64::to_string).collect();
+            format!("{{{}}}", ids.join(","))
+        })
+        .collect();
+    sqlx::query(&UPSERT_OUTCOMES_SQL)
+        .bind(rows.iter().map(|(r, _, _)| r.event_id).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|(r, _, _)| r.handler.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            rows.iter()
+                .map(|(r, _, _)| r.queue.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(rows.iter().map(|(r, _, _)| r.result).collect::<Vec<_>>())
+        .bind(rows.iter().map(|(r, _, _)| r.attempts).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|(r, _, _)| r.duration_ms)
+                .collect::<Vec<_>>(),
+        )
+        .bind(published)
+        .bind(
+            rows.iter()
+                .map(|(r, _, _)| r.error.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(rows.iter().map(|(_, _, d)| *d).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|(_, p, _)| p.map(|p| p.0))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            rows.iter()
+                .map(|(_, p, _)| p.map(|p| p.1))
+                .collect::<Vec<_>>(),
+        )
 }
 
 #[cfg(test)]
