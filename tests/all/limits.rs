@@ -451,3 +451,39 @@ async fn deliveries_beyond_a_handlers_call_slots_wait_for_a_slot_without_timing_
     }
     env.cleanup().await;
 }
+
+/// The epoch ticker rests while no plugin runs; a plugin that computes forever, called after
+/// the engine sat idle, is still stopped at its time limit (its store wakes the ticker), every
+/// time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_computing_plugin_called_after_the_engine_sat_idle_is_stopped_at_its_time_limit() {
+    let routes = routes_with(
+        "[router.overrides]\n\"evil.\" = \"loop-forever\"\n\
+         [plugins.loop-forever]\nfuel = 1_000_000_000_000\ntimeout_ms = 300\n",
+    );
+    let fixture = PluginFixture::new(&["prefix-router", "test/loop-forever"], &routes);
+    let live = LiveConfig::start(&fixture.config(&outbox_host::config::Settings::default()))
+        .await
+        .unwrap();
+    let looper = live.registry.get("loop-forever").unwrap();
+    for _ in 0..2 {
+        // Long enough for the ticker to rest (50 ticks without a store).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let call = tokio::task::spawn_blocking({
+            let looper = looper.clone();
+            move || looper.call_router(&wit_events(1))
+        });
+        let error = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("a computing plugin ran on past its time limit: the epoch did not tick")
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("plugin loop-forever: exceeded its time limit of 300 ms"),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{error}");
+    }
+}

@@ -1,7 +1,8 @@
 //! The wasmtime engine, narrowed to the one way outbox uses it.
 //!
 //! One [`PluginEngine`] per process: component model, pooling allocator, fuel metering and epoch
-//! interruption (a ticker thread advances the epoch every millisecond). Each call gets a fresh
+//! interruption (a ticker thread advances the epoch every millisecond while a call runs, and
+//! rests while none does: [`super::epoch_ticker`]). Each call gets a fresh
 //! store from a pre-linked `InstancePre`, with a [`CallLimiter`], fuel, a deadline and a
 //! deny-everything WASI context (no files, env, sockets or inherited stdio; the guest's stderr is
 //! captured into memory so a panic message can explain a trap).
@@ -54,6 +55,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::WasiCtxBuilder;
 
 use super::bindings::{handler_world, policy_world, router_world};
+use super::epoch_ticker::EpochTicker;
 pub use super::host_state::HandlerServices;
 pub(crate) use super::host_state::HostState;
 use super::host_state::{describe_failure, push_stderr, report_dropped_logs};
@@ -177,6 +179,8 @@ enum Contract {
 #[derive(Clone)]
 pub struct PluginEngine {
     engine: Engine,
+    /// Advances the epoch while a store of this engine lives.
+    ticker: EpochTicker,
     /// The compile cache in use, if any (its hit and miss counts).
     cache: Option<wasmtime::Cache>,
     router: Arc<Linker<HostState>>,
@@ -185,9 +189,6 @@ pub struct PluginEngine {
     /// Linkers of the previous contract: router, handler, policy.
     v0_1: Arc<[Linker<HostState>; 3]>,
 }
-
-/// Epoch ticks per second (the wall-clock limit's resolution is one tick).
-const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 impl PluginEngine {
     /// Create the engine (pooling allocator when the OS allows it) and start its epoch ticker;
@@ -212,16 +213,7 @@ impl PluginEngine {
                 configured(false).map_err(|e| PluginError::Engine(format!("{e:#}")))?
             }
         };
-        let weak = engine.weak();
-        std::thread::Builder::new()
-            .name("outbox-epoch".into())
-            .spawn(move || loop {
-                std::thread::sleep(EPOCH_TICK);
-                match weak.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => return,
-                }
-            })
+        let ticker = EpochTicker::start(&engine)
             .map_err(|e| PluginError::Engine(format!("epoch ticker: {e}")))?;
         let linker = |add: &dyn Fn(&mut Linker<HostState>) -> wasmtime::Result<()>| -> Result<Linker<HostState>, PluginError> {
             let mut linker = Linker::new(&engine);
@@ -239,6 +231,7 @@ impl PluginEngine {
         let [r, h, p] = v0_1;
         Ok(Self {
             engine,
+            ticker,
             cache,
             router: Arc::new(router),
             handler: Arc::new(handler),
@@ -359,6 +352,7 @@ impl PluginEngine {
             stderr,
             services,
             log: LogBudget::default(),
+            _ticking: self.ticker.ticking(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);

@@ -18,6 +18,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::{
     handler_world, router_world, HostCallError, HttpRequest, HttpResponse, WitNewEvent,
 };
+use super::epoch_ticker::Ticking;
 use super::limits::{
     sanitize_log_message, CallLimiter, LogBudget, PluginLimits, MAX_LOG_BYTES_PER_CALL,
     MAX_LOG_MESSAGES_PER_CALL,
@@ -74,6 +75,8 @@ pub(crate) struct HostState {
     pub(super) stderr: MemoryOutputPipe,
     pub(super) services: Option<Box<dyn HandlerServices>>,
     pub(super) log: LogBudget,
+    /// Keeps the epoch ticking while this store lives.
+    pub(super) _ticking: Ticking,
 }
 
 impl WasiView for HostState {

@@ -18,6 +18,7 @@
 pub mod bindings;
 pub mod compile_cache;
 pub mod engine;
+mod epoch_ticker;
 pub mod files;
 mod host_state;
 pub mod legacy;
