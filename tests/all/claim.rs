@@ -441,5 +441,15 @@ async fn the_dispatch_pool_commits_asynchronously_and_leaves_the_hosts_pool_alon
         .await
         .unwrap();
     assert_eq!(seqscan, "off");
+    let plans: String = sqlx::query_scalar("SHOW plan_cache_mode")
+        .fetch_one(&dispatch)
+        .await
+        .unwrap();
+    assert_eq!(plans, "force_generic_plan");
+    let plans: String = sqlx::query_scalar("SHOW plan_cache_mode")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(plans, "auto");
     dispatch.close().await;
 }
