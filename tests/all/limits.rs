@@ -458,7 +458,7 @@ async fn deliveries_beyond_a_handlers_call_slots_wait_for_a_slot_without_timing_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_computing_plugin_called_after_the_engine_sat_idle_is_stopped_at_its_time_limit() {
     let routes = routes_with(
-        "[router.overrides]\n\"evil.\" = \"loop-forever\"\n\
+        "[router.overrides]\n\"evil.\" = \"loop-forever\"\n[policy]\nplugin = \"deny-all\"\n\
          [plugins.loop-forever]\nfuel = 1_000_000_000_000\ntimeout_ms = 300\n",
     );
     let fixture = PluginFixture::new(&["prefix-router", "test/loop-forever"], &routes);
