@@ -1,0 +1,100 @@
+//! Pools: how the host connects to PostgreSQL.
+//!
+//! Owns the host's pool ([`connect`]), the dispatcher's own pool on the same database with its
+//! session settings ([`dispatch_pool`]), the policy both hand connections out by
+//! ([`PING_WHEN_IDLE_FOR`]) and the readiness check ([`ping`]). It runs no statement of the
+//! outbox's own: those live with the stage that runs them.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use super::{redact, Context, StoreError};
+
+/// Open a pool (no retry; see [`crate::dispatch::connect_postgres`] for the retrying variant).
+pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    let options: PgConnectOptions = database_url
+        .parse()
+        .context(format!("invalid DATABASE_URL {database_url:?}"))?;
+    pool_options(max_connections)
+        .connect_with(options.application_name("outbox"))
+        .await
+        .context(format!("connect to PostgreSQL at {}", redact(database_url)))
+}
+
+/// Connections a dispatcher's [`dispatch_pool`] opens at most: a claim and an outcome record
+/// for each of its two batches in flight, the idle wait and the claim horizon.
+pub const DISPATCH_CONNECTIONS: u32 = 6;
+
+/// The dispatcher's own pool on the database of `pool` (its options: address, credentials,
+/// TLS), connected lazily, whose sessions commit with `synchronous_commit = off`: a claim or an
+/// outcome record returns as soon as PostgreSQL has it in memory, not after the WAL flush (on
+/// a disk whose `fdatasync` takes milliseconds, that wait was most of an event's commit-to-queue
+/// time). What it can cost is bounded and already handled: a crash of PostgreSQL itself (not
+/// of a host, not a dropped connection) can lose the last fraction of a second of those
+/// commits, which leaves a claimed row `pending` (claimed again) or a handed-off row
+/// `processing` (claimed again after its lease); the hand-off is idempotent per (event, queue)
+/// and receivers keep a handled marker per (handler, event), so neither doubles an entry or a
+/// handler run. Nothing a producer commits goes through this pool, and the database is never
+/// left inconsistent (PostgreSQL's asynchronous commit).
+///
+/// Its sessions also plan with `enable_seqscan = off`. Every statement the dispatcher runs
+/// reaches its rows through an index or a TID list (the claim index, the primary key, the
+/// locked rows' `ctid`s), and a sequential scan of `outbox_event` is never the right plan for
+/// one of them; but on statistics that say the table is empty (a fresh deployment: the table
+/// was vacuumed or analyzed before the first burst), the planner chose one for every claim
+/// and outcome record, sorting the whole table and checking every row against the batch's list
+/// (20-40 ms per claim of 1000 with 40,000 rows waiting, most of PostgreSQL's CPU). With
+/// sequential scans priced out it keeps the index and TID plans whatever the statistics say,
+/// including in a generic plan cached while the table was empty.
+///
+/// And they plan with `plan_cache_mode = force_generic_plan`: a prepared statement is planned
+/// once per connection. Left to choose, PostgreSQL kept re-planning the outcome record (a
+/// statement of several data-modifying CTEs over arrays) at every batch, 0.45 ms of its CPU per
+/// call: most of a batch's cost at a trickle of events, where each batch is one event. The
+/// generic plans are the same index and TID plans (the bounds are parameters of index scans).
+pub fn dispatch_pool(pool: &PgPool) -> PgPool {
+    let options = (*pool.connect_options()).clone().options([
+        ("synchronous_commit", "off"),
+        ("enable_seqscan", "off"),
+        ("plan_cache_mode", "force_generic_plan"),
+    ]);
+    pool_options(DISPATCH_CONNECTIONS).connect_lazy_with(options)
+}
+
+/// How long a pooled connection may have been idle and still be handed out without a ping.
+pub const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// The options of the host's pools: at most `max_connections`, a 5 s acquire timeout, and a
+/// connection that sat idle for [`PING_WHEN_IDLE_FOR`] or longer pinged before it is handed out
+/// (a dead one is closed and another taken), one in use more recently handed out as is.
+///
+/// sqlx's default pings every connection it hands out, and pings it again when it comes back:
+/// with both, a statement cost three round trips to PostgreSQL; at a trickle of events (a claim,
+/// an outcome record and a receipt write per event) the pings outnumbered the statements, and an
+/// acquire ping sat in front of every claim. A connection cut while in use,
+/// or within the second, fails its statement instead of being replaced silently; every caller
+/// already treats that as a blip (retried on a fresh connection, no attempt counted), and the
+/// ping on return, which sqlx always makes, closes the dead connection.
+fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                use sqlx::Connection;
+                Ok(meta.idle_for < PING_WHEN_IDLE_FOR || conn.ping().await.is_ok())
+            })
+        })
+}
+
+/// Whether PostgreSQL answers on a connection of `pool` (what readiness checks).
+pub async fn ping(pool: &PgPool) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1")
+        .execute(pool)
+        .await
+        .context("check PostgreSQL")?;
+    Ok(())
+}
