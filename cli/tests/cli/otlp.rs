@@ -149,6 +149,21 @@ async fn otlp_export_sends_dispatch_handle_and_host_call_spans_in_the_producers_
     .unwrap();
     tx.commit().await.unwrap();
 
+    // The event's own dispatch span. The child's dispatch span is in the same trace (under the
+    // host call span that published it) and may be exported first.
+    let event_dispatch = |spans: &[Received]| {
+        let publish = spans
+            .iter()
+            .find(|s| s.trace_id == TRACE_ID && s.name == "outbox.host.publish")?;
+        spans
+            .iter()
+            .find(|s| {
+                s.trace_id == TRACE_ID
+                    && s.name == "outbox.dispatch"
+                    && s.parent_span_id != publish.span_id
+            })
+            .cloned()
+    };
     // Poll until the handler's host call span is exported (the last of the spans in the trace
     // to end before the handler's own), and the child is written.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -167,7 +182,7 @@ async fn otlp_export_sends_dispatch_handle_and_host_call_spans_in_the_producers_
                 .any(|s| s.trace_id == TRACE_ID && s.name == name)
         };
         if let Some(child) = child {
-            if names("outbox.dispatch") && names("outbox.handle") && names("outbox.host.publish") {
+            if names("outbox.handle") && event_dispatch(&spans).is_some() {
                 break (spans, child);
             }
         }
@@ -185,7 +200,7 @@ async fn otlp_export_sends_dispatch_handle_and_host_call_spans_in_the_producers_
             .unwrap()
             .clone()
     };
-    let dispatch = one("outbox.dispatch");
+    let dispatch = event_dispatch(&spans).unwrap();
     let handle = one("outbox.handle");
     let publish = one("outbox.host.publish");
     assert!(spans.iter().all(|s| s.service == "outbox"), "{spans:#?}");
