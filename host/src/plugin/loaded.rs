@@ -145,13 +145,20 @@ impl LoadedPlugin {
     /// hold exactly one decision per event (in order) is a failed call.
     /// [`PluginError::WrongWorld`] (not counted as a call) when this is not a router.
     /// Runs WebAssembly and blocks until the call ends or its time limit cuts it: call it from a
-    /// blocking thread (see [`block_on`]).
+    /// blocking thread (see [`block_on`]), or await [`route`](Self::route).
     pub fn call_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
+        block_on(self.route(events)).and_then(|answer| answer)
+    }
+
+    /// [`call_router`](Self::call_router) as a future, awaited on the caller's task (how the
+    /// dispatcher routes a small batch): the guest gives the thread back at every epoch tick,
+    /// and the call ends at its time limit wherever it is.
+    pub async fn route(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
         if self.world() != World::Router {
             return Err(self.wrong_world(World::Router));
         }
         let started = std::time::Instant::now();
-        let answer = self.run_router(events).and_then(|answer| {
+        let answer = self.run_router(events).await.and_then(|answer| {
             if answer.len() == events.len() {
                 Ok(answer)
             } else {
@@ -291,22 +298,23 @@ impl LoadedPlugin {
         if self.world() != World::Router {
             return Ok(());
         }
-        match self.run_router(&[]) {
+        match block_on(self.run_router(&[])).and_then(|answer| answer) {
             Err(e @ PluginError::Config { .. }) => Err(e),
             _ => Ok(()),
         }
     }
 
-    /// One router call on this thread, a refused config reported as [`PluginError::Config`].
-    fn run_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
-        block_on(self.engine.call_router(
-            self.call_of(),
-            &self.compiled.prepared,
-            &self.config_json,
-            events,
-        ))
-        .and_then(|answer| answer)
-        .map_err(|e| self.explain_config_refusal(e))
+    /// One router call, a refused config reported as [`PluginError::Config`].
+    async fn run_router(&self, events: &[WitEvent]) -> Result<Vec<WitRouteDecision>, PluginError> {
+        self.engine
+            .call_router(
+                self.call_of(),
+                &self.compiled.prepared,
+                &self.config_json,
+                events,
+            )
+            .await
+            .map_err(|e| self.explain_config_refusal(e))
     }
 
     /// A failed router call whose guest said its config is invalid, as [`PluginError::Config`].

@@ -7,6 +7,7 @@
 //! the database or Redis: it only maps events to queue names, so it can be swapped (hot reload)
 //! between two batches.
 
+use futures::future::BoxFuture;
 use std::fmt;
 use std::sync::Arc;
 
@@ -63,7 +64,16 @@ pub async fn route_one_on_blocking_thread(
 /// type to an operator. Blocks while a router plugin runs: async code calls
 /// [`route_one_on_blocking_thread`].
 pub fn route_one(router: &dyn Router, event: &ClaimedEvent) -> RouteDecision {
-    match router.route_batch(std::slice::from_ref(event)) {
+    one_decision(router, router.route_batch(std::slice::from_ref(event)))
+}
+
+/// The one decision of `router`'s answer for a single event: a wrong count or a failed call
+/// becomes [`RouteDecision::Error`].
+pub fn one_decision(
+    router: &dyn Router,
+    answer: Result<Vec<RouteDecision>, RouterError>,
+) -> RouteDecision {
+    match answer {
         Ok(mut decisions) if decisions.len() == 1 => decisions.remove(0),
         Ok(decisions) => RouteDecision::Error(format!(
             "router {} returned {} routes for 1 event",
@@ -144,9 +154,13 @@ pub struct RouterError {
 }
 
 /// Maps a batch of events to queue lists. Implemented by the native [`RouteTable`] and by the
-/// WebAssembly router plugin. Calls are synchronous and may be CPU-bound: they run on a blocking
-/// thread, never on an async worker (the dispatcher routes its batches in `spawn_blocking`;
-/// async code routing one event awaits [`route_one_on_blocking_thread`]).
+/// WebAssembly router plugin. [`route_batch`](Router::route_batch) is synchronous and may be
+/// CPU-bound: it runs on a blocking thread, never on an async worker (the dispatcher routes a
+/// large batch in `spawn_blocking`; async code routing one event for an operator awaits
+/// [`route_one_on_blocking_thread`]). [`route_events`](Router::route_events) is the same as a
+/// future, for the dispatcher's small batches: a router plugin's guest gives its thread back at
+/// every epoch tick, so it is awaited on the dispatcher's own task, without a hop to a blocking
+/// thread and back for every event at a trickle.
 pub trait Router: Send + Sync {
     /// Short name for logs and errors (`native-table`, `prefix-router`, ...).
     fn name(&self) -> &str;
@@ -154,6 +168,16 @@ pub trait Router: Send + Sync {
     /// Route `events`, returning exactly one decision per event, in order. May run a router
     /// plugin: call it from a blocking thread.
     fn route_batch(&self, events: &[ClaimedEvent]) -> Result<Vec<RouteDecision>, RouterError>;
+
+    /// [`route_batch`](Router::route_batch) as a future. By default it routes at once, on the
+    /// caller's thread: right for a router that only computes a little (the native table); a
+    /// router that runs WebAssembly overrides it with calls that yield.
+    fn route_events<'a>(
+        &'a self,
+        events: &'a [ClaimedEvent],
+    ) -> BoxFuture<'a, Result<Vec<RouteDecision>, RouterError>> {
+        Box::pin(std::future::ready(self.route_batch(events)))
+    }
 
     /// What decides the route of `event_type` (for `outbox routes which`). By default the
     /// router itself, by its [`Router::name`].

@@ -8,12 +8,15 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+
 use super::{
     PrefixMatcher, RouteDecider, RouteDecision, RouteTable, Router, RouterError, TypePattern,
 };
 use crate::config::RoutesFile;
 use crate::naming::NATIVE_ROUTER;
 use crate::plugin::bindings::{WitEvent, WitRouteDecision as WitDecision};
+use crate::plugin::engine::block_on;
 use crate::plugin::wit_event::to_router_event;
 use crate::plugin::{PluginError, PluginRegistry};
 use crate::store::ClaimedEvent;
@@ -53,7 +56,7 @@ impl PluginRouter {
     }
 
     /// Route `events` with one router plugin (one instantiation, one call for the batch).
-    pub fn route_with(
+    pub async fn route_with(
         &self,
         plugin_name: &str,
         events: &[&ClaimedEvent],
@@ -71,7 +74,7 @@ impl PluginRouter {
         let payload = plugin.spec.router_payload;
         let wit_events: Vec<WitEvent> =
             events.iter().map(|e| to_router_event(e, payload)).collect();
-        let answer = plugin.call_router(&wit_events)?;
+        let answer = plugin.route(&wit_events).await?;
         let router = format!("plugin {plugin_name}");
         Ok(answer
             .into_iter()
@@ -99,6 +102,29 @@ impl Router for PluginRouter {
     }
 
     fn route_batch(&self, events: &[ClaimedEvent]) -> Result<Vec<RouteDecision>, RouterError> {
+        block_on(self.route_events(events)).unwrap_or_else(|e| {
+            Err(RouterError {
+                router: self.default_plugin.clone(),
+                message: e.to_string(),
+            })
+        })
+    }
+
+    fn route_events<'a>(
+        &'a self,
+        events: &'a [ClaimedEvent],
+    ) -> BoxFuture<'a, Result<Vec<RouteDecision>, RouterError>> {
+        Box::pin(self.route_groups(events))
+    }
+}
+
+impl PluginRouter {
+    /// Route `events` a group per router plugin (the default one, each override's), one call
+    /// each; see [`Router::route_batch`].
+    async fn route_groups(
+        &self,
+        events: &[ClaimedEvent],
+    ) -> Result<Vec<RouteDecision>, RouterError> {
         let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
         for (i, e) in events.iter().enumerate() {
             let plugin = self.plugin_for(&e.event_type);
@@ -110,7 +136,7 @@ impl Router for PluginRouter {
         let mut decisions: Vec<Option<RouteDecision>> = vec![None; events.len()];
         for (plugin, indices) in groups {
             let batch: Vec<&ClaimedEvent> = indices.iter().map(|i| &events[*i]).collect();
-            match self.route_with(plugin, &batch) {
+            match self.route_with(plugin, &batch).await {
                 Ok(answer) => {
                     for (i, d) in indices.into_iter().zip(answer) {
                         decisions[i] = Some(d);
