@@ -36,7 +36,8 @@
 //! ([`LoadedPlugin::handle`](super::LoadedPlugin::handle)): no hop to a blocking thread and
 //! back per entry. The synchronous call methods (`call_router`, `call_handler`, `call_policy`)
 //! drive the same future with [`block_on`] on a blocking thread, for a caller that has one (the
-//! dispatcher's batch router call, offline tools). Nested calls (the policy a handler's host
+//! dispatcher's large batches, offline tools); the dispatcher awaits a small batch's router call
+//! on its own task ([`LoadedPlugin::route`](super::LoadedPlugin::route)). Nested calls (the policy a handler's host
 //! call asks) are awaited inside the outer call's future.
 //!
 //! The store data of a call and the host functions a guest reaches through it (`log`, and the

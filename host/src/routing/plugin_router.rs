@@ -55,7 +55,8 @@ impl PluginRouter {
             .map_or(self.default_plugin.as_str(), |(_, plugin)| plugin.as_str())
     }
 
-    /// Route `events` with one router plugin (one instantiation, one call for the batch).
+    /// Route `events` with one router plugin (one instantiation, one call for the batch),
+    /// awaited on the caller's task.
     pub async fn route_with(
         &self,
         plugin_name: &str,
