@@ -2,7 +2,7 @@
 //!
 //! One [`PluginEngine`] per process: component model, pooling allocator, fuel metering and epoch
 //! interruption (a ticker thread advances the epoch every millisecond while a call runs, and
-//! rests while none does: [`super::epoch_ticker`]). Each call gets a fresh
+//! rests while none does: `epoch_ticker`). Each call gets a fresh
 //! store from a pre-linked `InstancePre`, with a [`CallLimiter`], fuel, a deadline and a
 //! deny-everything WASI context (no files, env, sockets or inherited stdio; the guest's stderr is
 //! captured into memory so a panic message can explain a trap).
