@@ -31,15 +31,16 @@ impl Dispatcher {
         let router = self.router.current();
         let contracts = self.contracts.clone();
         if claim.events.len() <= ROUTED_ON_TASK_AT_MOST {
-            let decisions = route_claimed(&router, &contracts, &claim.events).await;
+            let decisions =
+                route_claimed(router.as_ref().as_ref(), &contracts, &claim.events).await;
             return (claim, decisions);
         }
         let events = Arc::new(std::mem::take(&mut claim.events));
         let shared = events.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            block_on(route_claimed(&router, &contracts, &shared)).unwrap_or_else(|e| {
-                vec![Routed::Route(RouteDecision::Error(e.to_string())); shared.len()]
-            })
+            block_on(route_claimed(router.as_ref().as_ref(), &contracts, &shared)).unwrap_or_else(
+                |e| vec![Routed::Route(RouteDecision::Error(e.to_string())); shared.len()],
+            )
         })
         .await;
         let decisions = joined.unwrap_or_else(|e| {
@@ -54,11 +55,10 @@ impl Dispatcher {
 /// Check `events` against their contracts, then route the valid ones (see
 /// [`Dispatcher::route`]).
 async fn route_claimed(
-    router: &Arc<Box<dyn Router>>,
+    router: &dyn Router,
     contracts: &Contracts,
     events: &[ClaimedEvent],
 ) -> Vec<Routed> {
-    let router = router.as_ref().as_ref();
     let violations: Vec<Option<String>> = events
         .iter()
         .map(|e| {

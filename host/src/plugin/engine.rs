@@ -2,10 +2,10 @@
 //!
 //! One [`PluginEngine`] per process: component model, pooling allocator, fuel metering and epoch
 //! interruption (a ticker thread advances the epoch every millisecond while a call runs, and
-//! rests while none does: `epoch_ticker`). Each call gets a fresh
-//! store from a pre-linked `InstancePre`, with a [`CallLimiter`], fuel, a deadline and a
-//! deny-everything WASI context (no files, env, sockets or inherited stdio; the guest's stderr is
-//! captured into memory so a panic message can explain a trap).
+//! rests while none does: `epoch_ticker`). Each call gets a fresh store from a pre-linked
+//! `InstancePre`, with a [`CallLimiter`], fuel, a deadline and a deny-everything WASI context
+//! (no files, env, sockets or inherited stdio; the guest's stderr is captured into memory so a
+//! panic message can explain a trap).
 //!
 //! Limits of one call, and what enforces each:
 //! - **time** (`timeout_ms`) covers computing *and* waiting. Every call is a future (wasmtime's
@@ -37,8 +37,8 @@
 //! back per entry. The synchronous call methods (`call_router`, `call_handler`, `call_policy`)
 //! drive the same future with [`block_on`] on a blocking thread, for a caller that has one (the
 //! dispatcher's large batches, offline tools); the dispatcher awaits a small batch's router call
-//! on its own task ([`LoadedPlugin::route`](super::LoadedPlugin::route)). Nested calls (the policy a handler's host
-//! call asks) are awaited inside the outer call's future.
+//! on its own task ([`LoadedPlugin::route`](super::LoadedPlugin::route)). Nested calls (the
+//! policy a handler's host call asks) are awaited inside the outer call's future.
 //!
 //! The store data of a call and the host functions a guest reaches through it (`log`, and the
 //! handler's `publish`, `kv`, `http` handed to its [`HandlerServices`]) live in `host_state`; the

@@ -7,9 +7,10 @@
 //! the database or Redis: it only maps events to queue names, so it can be swapped (hot reload)
 //! between two batches.
 
-use futures::future::BoxFuture;
 use std::fmt;
 use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use crate::config::RoutesFile;
 use crate::naming::NATIVE_ROUTER;

@@ -55,6 +55,59 @@ impl PluginRouter {
             .map_or(self.default_plugin.as_str(), |(_, plugin)| plugin.as_str())
     }
 
+    /// Route `events` a group per router plugin (the default one, each override's), one call
+    /// each; see [`Router::route_batch`].
+    async fn route_groups(
+        &self,
+        events: &[ClaimedEvent],
+    ) -> Result<Vec<RouteDecision>, RouterError> {
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            let plugin = self.plugin_for(&e.event_type);
+            match groups.iter_mut().find(|(p, _)| *p == plugin) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((plugin, vec![i])),
+            }
+        }
+        let mut decisions: Vec<Option<RouteDecision>> = vec![None; events.len()];
+        for (plugin, indices) in groups {
+            let batch: Vec<&ClaimedEvent> = indices.iter().map(|i| &events[*i]).collect();
+            match self.route_with(plugin, &batch).await {
+                Ok(answer) => {
+                    for (i, d) in indices.into_iter().zip(answer) {
+                        decisions[i] = Some(d);
+                    }
+                }
+                // A refused config fails every event the same way: no point in one by one.
+                Err(e @ PluginError::Config { .. }) => {
+                    for i in indices {
+                        decisions[i] = Some(RouteDecision::Error(e.to_string()));
+                    }
+                }
+                Err(e) if groups_is_whole(events.len(), batch.len()) => {
+                    return Err(RouterError {
+                        router: plugin.to_string(),
+                        message: e.to_string(),
+                    })
+                }
+                Err(e) => {
+                    // Only this plugin's events fail; the others keep their answers.
+                    for i in indices {
+                        decisions[i] = Some(RouteDecision::Error(e.to_string()));
+                    }
+                }
+            }
+        }
+        Ok(decisions
+            .into_iter()
+            .map(|d| {
+                d.unwrap_or_else(|| {
+                    RouteDecision::Error("no router answered for this event".into())
+                })
+            })
+            .collect())
+    }
+
     /// Route `events` with one router plugin (one instantiation, one call for the batch),
     /// awaited on the caller's task.
     pub async fn route_with(
@@ -116,61 +169,6 @@ impl Router for PluginRouter {
         events: &'a [ClaimedEvent],
     ) -> BoxFuture<'a, Result<Vec<RouteDecision>, RouterError>> {
         Box::pin(self.route_groups(events))
-    }
-}
-
-impl PluginRouter {
-    /// Route `events` a group per router plugin (the default one, each override's), one call
-    /// each; see [`Router::route_batch`].
-    async fn route_groups(
-        &self,
-        events: &[ClaimedEvent],
-    ) -> Result<Vec<RouteDecision>, RouterError> {
-        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
-        for (i, e) in events.iter().enumerate() {
-            let plugin = self.plugin_for(&e.event_type);
-            match groups.iter_mut().find(|(p, _)| *p == plugin) {
-                Some((_, idx)) => idx.push(i),
-                None => groups.push((plugin, vec![i])),
-            }
-        }
-        let mut decisions: Vec<Option<RouteDecision>> = vec![None; events.len()];
-        for (plugin, indices) in groups {
-            let batch: Vec<&ClaimedEvent> = indices.iter().map(|i| &events[*i]).collect();
-            match self.route_with(plugin, &batch).await {
-                Ok(answer) => {
-                    for (i, d) in indices.into_iter().zip(answer) {
-                        decisions[i] = Some(d);
-                    }
-                }
-                // A refused config fails every event the same way: no point in one by one.
-                Err(e @ PluginError::Config { .. }) => {
-                    for i in indices {
-                        decisions[i] = Some(RouteDecision::Error(e.to_string()));
-                    }
-                }
-                Err(e) if groups_is_whole(events.len(), batch.len()) => {
-                    return Err(RouterError {
-                        router: plugin.to_string(),
-                        message: e.to_string(),
-                    })
-                }
-                Err(e) => {
-                    // Only this plugin's events fail; the others keep their answers.
-                    for i in indices {
-                        decisions[i] = Some(RouteDecision::Error(e.to_string()));
-                    }
-                }
-            }
-        }
-        Ok(decisions
-            .into_iter()
-            .map(|d| {
-                d.unwrap_or_else(|| {
-                    RouteDecision::Error("no router answered for this event".into())
-                })
-            })
-            .collect())
     }
 }
 
