@@ -392,10 +392,12 @@ impl ReceiptWriter {
                 && entries.len() < RECEIPT_BATCH
             {
                 tokio::time::sleep(RECEIPT_LINGER).await;
-                // A failed read here leaves what arrived meanwhile for the next one.
                 let more = RECEIPT_BATCH - entries.len();
-                if let Ok(more) = self.read(connection, ReadFrom::New, None, more).await {
-                    entries.extend(more);
+                match self.read(connection, ReadFrom::New, None, more).await {
+                    Ok(more) => entries.extend(more),
+                    // What this read got may be this consumer's now with its reply lost: the
+                    // next read is of its own pending entries, as after any failed read.
+                    Err(_) => from = ReadFrom::OwnPending,
                 }
             }
             if entries.is_empty() {
