@@ -426,30 +426,21 @@ async fn committed_transactions(pool: &PgPool) -> i64 {
 #[sqlx::test(migrations = "../migrations")]
 async fn the_dispatch_pool_commits_asynchronously_and_leaves_the_hosts_pool_alone(pool: PgPool) {
     let dispatch = store::dispatch_pool(&pool);
-    let mode: String = sqlx::query_scalar("SHOW synchronous_commit")
-        .fetch_one(&dispatch)
-        .await
-        .unwrap();
-    assert_eq!(mode, "off");
-    let mode: String = sqlx::query_scalar("SHOW synchronous_commit")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(mode, "on");
-    let seqscan: String = sqlx::query_scalar("SHOW enable_seqscan")
-        .fetch_one(&dispatch)
-        .await
-        .unwrap();
-    assert_eq!(seqscan, "off");
-    let plans: String = sqlx::query_scalar("SHOW plan_cache_mode")
-        .fetch_one(&dispatch)
-        .await
-        .unwrap();
-    assert_eq!(plans, "force_generic_plan");
-    let plans: String = sqlx::query_scalar("SHOW plan_cache_mode")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(plans, "auto");
+    assert_eq!(setting(&dispatch, "synchronous_commit").await, "off");
+    assert_eq!(setting(&pool, "synchronous_commit").await, "on");
+    assert_eq!(setting(&dispatch, "enable_seqscan").await, "off");
+    assert_eq!(
+        setting(&dispatch, "plan_cache_mode").await,
+        "force_generic_plan"
+    );
+    assert_eq!(setting(&pool, "plan_cache_mode").await, "auto");
     dispatch.close().await;
+}
+
+/// A session setting as a connection of `pool` reads it (`SHOW`).
+async fn setting(pool: &PgPool, name: &str) -> String {
+    sqlx::query_scalar(&format!("SHOW {name}"))
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }

@@ -74,6 +74,19 @@ fn index_scan<'a>(node: &'a serde_json::Value, index: &str) -> Option<&'a serde_
         .find_map(|child| index_scan(child, index))
 }
 
+/// `events` events of `event_type` in an `outbox_event` autovacuum leaves alone, then `steps`
+/// run on them in order (what a dispatcher did to them).
+async fn events_left_unvacuumed(env: &TestEnv, event_type: &str, events: i64, steps: &[&str]) {
+    sqlx::query("ALTER TABLE outbox_event SET (autovacuum_enabled = false)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    env.insert_many(event_type, events).await;
+    for step in steps {
+        sqlx::query(step).execute(&env.pool).await.unwrap();
+    }
+}
+
 /// 30,000 events went through the table (a claim's version and a done version each, as the
 /// dispatcher leaves them) and nothing vacuumed it: their dead entries fill the start of the
 /// claim index. Read from the claim horizon, a claim of the 10 new events touches a small part
@@ -83,18 +96,17 @@ async fn a_claim_reads_the_claim_index_from_its_horizon_not_past_every_finished_
     pool: PgPool,
 ) {
     let env = TestEnv::new(pool).await;
-    sqlx::query("ALTER TABLE outbox_event SET (autovacuum_enabled = false)")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    env.insert_many("mail.finished", 30_000).await;
-    for step in [
-        "UPDATE outbox_event SET status = 'processing', attempts = 1, claimed_by = 'w', claimed_at = now(),
+    events_left_unvacuumed(
+        &env,
+        "mail.finished",
+        30_000,
+        &[
+            "UPDATE outbox_event SET status = 'processing', attempts = 1, claimed_by = 'w', claimed_at = now(),
                 claim_expires_at = now() + interval '5 minutes', available_at = now() + interval '5 minutes'",
-        "UPDATE outbox_event SET status = 'done', processed_at = now(), claim_expires_at = NULL",
-    ] {
-        sqlx::query(step).execute(&env.pool).await.unwrap();
-    }
+            "UPDATE outbox_event SET status = 'done', processed_at = now(), claim_expires_at = NULL",
+        ],
+    )
+    .await;
     env.insert_many("mail.fresh", 10).await;
     let horizon = store::claim_horizon(&env.pool, store::ClaimHorizon::everything())
         .await
@@ -136,19 +148,18 @@ async fn a_claim_inside_a_burst_committed_at_one_instant_starts_at_its_first_liv
     pool: PgPool,
 ) {
     let env = TestEnv::new(pool).await;
-    sqlx::query("ALTER TABLE outbox_event SET (autovacuum_enabled = false)")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    env.insert_many("mail.burst", 50_000).await;
-    for step in [
-        "UPDATE outbox_event SET status = 'processing', attempts = 1, claimed_by = 'w', claimed_at = now(),
+    events_left_unvacuumed(
+        &env,
+        "mail.burst",
+        50_000,
+        &[
+            "UPDATE outbox_event SET status = 'processing', attempts = 1, claimed_by = 'w', claimed_at = now(),
                 claim_expires_at = now() + interval '5 minutes' WHERE id <= 45000",
-        "UPDATE outbox_event SET status = 'done', processed_at = now(), claim_expires_at = NULL
+            "UPDATE outbox_event SET status = 'done', processed_at = now(), claim_expires_at = NULL
          WHERE id <= 45000",
-    ] {
-        sqlx::query(step).execute(&env.pool).await.unwrap();
-    }
+        ],
+    )
+    .await;
     let burst: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("SELECT min(available_at) FROM outbox_event")
             .fetch_one(&env.pool)
