@@ -11,7 +11,8 @@ use outbox_host::capability::policy::{
 };
 use outbox_host::receive::HandledAs;
 
-use crate::capabilities::{recording_server, routes, Probe};
+use crate::capabilities::{routes, Probe};
+use crate::capability_http::recording_server;
 
 #[sqlx::test(migrations = "../migrations")]
 async fn capability_http_an_ip_grant_is_reached_through_a_name_only_on_its_port_and_for_a_granted_name(
