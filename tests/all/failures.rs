@@ -87,6 +87,47 @@ async fn retries_run_out_into_failed_with_the_last_error(pool: PgPool) {
     env.cleanup().await;
 }
 
+/// A queue's hand-offs go to Redis in one script call; an entry Redis refuses inside it (its
+/// enqueue marker key holds a hash) fails alone: the others of the same call are handed off
+/// once and done.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_entry_refused_among_its_queues_batch_fails_alone(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let dispatcher = env.dispatcher("w1").await;
+    let ids = env
+        .publish_all(
+            (0..5)
+                .map(|i| NewEvent::new("mail.welcome", json!({"i": i})))
+                .collect(),
+        )
+        .await;
+    let refused = ids[2];
+    let marker =
+        outbox_host::queue::QueueKeys::new(&env.prefix).enqueued_marker("outbox.mail", refused);
+    let mut conn = env.redis.clone();
+    let _: () = redis::AsyncCommands::hset(&mut conn, &marker, "not", "a marker")
+        .await
+        .unwrap();
+    dispatcher.drain().await.unwrap();
+    let others: Vec<i64> = ids.iter().copied().filter(|id| *id != refused).collect();
+    assert_eq!(
+        env.event_ids("outbox.mail").await,
+        others,
+        "each other entry once"
+    );
+    for id in &others {
+        assert_eq!(env.status(*id).await.0, "done");
+    }
+    let (status, attempts, error) = env.status(refused).await;
+    assert_eq!((status.as_str(), attempts), ("pending", 1), "{error:?}");
+    let error = error.unwrap();
+    assert!(
+        error.contains("WRONGTYPE") && error.contains(&refused.to_string()),
+        "{error}"
+    );
+    env.cleanup().await;
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn postgres_down_mid_run_dispatcher_retries_then_delivers(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;

@@ -1,13 +1,13 @@
-//! Streams enqueue: the script the streams sink runs per hand-off, beside the keys it writes
-//! (a queue's enqueue marker, its stream and its trim counts), and what its reply says.
+//! Streams enqueue: the script the streams sink runs for a queue's hand-offs, beside the keys it
+//! writes (a queue's enqueue markers, its stream and its trim counts), and what its reply says.
 //!
-//! Owns [`enqueue_script`] (set-if-absent marker + `XADD`, one round trip, atomic; with a
-//! queue's `max_len`, the trim and the exact count of what it dropped unread or unacknowledged,
-//! per consumer group, in the same step), the trim counts hash's field names ([`trim_field`],
-//! put into the script from here and read back by [`super::backlog`]) and [`Trimmed`], the trim
-//! part of the script's reply. The entry's fields come in as arguments
-//! ([`super::QueueEntry::encode`]); the script names no entry field. It never trims a stream
-//! whose hand-off gives no `max_len`, and performs no I/O: the sink runs the script.
+//! Owns [`enqueue_script`] (per entry a set-if-absent marker + `XADD`, up to [`ENQUEUE_BATCH`]
+//! entries of one queue in one call, atomic; with a queue's `max_len`, the trim and the exact count
+//! of what it dropped unread or unacknowledged, per consumer group, in the same call), the trim
+//! counts hash's field names ([`trim_field`], put into the script from here and read back by
+//! [`super::backlog`]) and [`Trimmed`], the trim part of the script's reply. The entry's fields
+//! come in as arguments ([`super::QueueEntry::encode`]); the script names no entry field. It never
+//! trims a stream whose hand-off gives no `max_len`, and performs no I/O: the sink runs the script.
 
 use std::sync::LazyLock;
 
@@ -24,20 +24,42 @@ pub mod trim_field {
 /// The enqueue script's template (see [`enqueue_script`]); `$TRIMMED`, `$UNREAD` and `$UNACKED`
 /// are the [`trim_field`] names.
 const ENQUEUE_LUA: &str = r#"
-local existing = redis.call('GET', KEYS[1])
-if existing then return {0, existing} end
-local added = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 5))
-if type(added) == 'table' and added.err then return {-1, 'XADD: ' .. added.err} end
-redis.call('SET', KEYS[1], added, 'EX', ARGV[1])
+local replies = {}
+local last_added = nil
+local at = 5
+for i = 3, #KEYS do
+  local n = tonumber(ARGV[at])
+  local first, last = at + 1, at + n
+  at = last + 1
+  local existing = redis.pcall('GET', KEYS[i])
+  if type(existing) == 'table' and existing.err then
+    replies[#replies + 1] = {-1, 'GET: ' .. existing.err}
+  elseif existing then
+    replies[#replies + 1] = {0, existing}
+  else
+    local added = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    if type(added) == 'table' and added.err then
+      replies[#replies + 1] = {-1, 'XADD: ' .. added.err}
+    else
+      local set = redis.pcall('SET', KEYS[i], added, 'EX', ARGV[1])
+      if type(set) == 'table' and set.err then
+        replies[#replies + 1] = {-1, 'SET: ' .. set.err}
+      else
+        replies[#replies + 1] = {1, added}
+        last_added = #replies
+      end
+    end
+  end
+end
 local max_len = tonumber(ARGV[2])
-if max_len == 0 then return {1, added} end
-local over = redis.call('XLEN', KEYS[2]) - max_len
-if over < tonumber(ARGV[3]) then return {1, added} end
+if max_len == 0 or last_added == nil then return replies end
+local over = redis.call('XLEN', KEYS[1]) - max_len
+if over < tonumber(ARGV[3]) then return replies end
 local limit = math.min(over, tonumber(ARGV[4]))
-local head = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', limit)
-local removed = redis.call('XTRIM', KEYS[2], 'MAXLEN', '~', max_len, 'LIMIT', limit)
-if removed == 0 then return {1, added} end
-redis.call('HINCRBY', KEYS[3], $TRIMMED, removed)
+local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', limit)
+local removed = redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max_len, 'LIMIT', limit)
+if removed == 0 then return replies end
+redis.call('HINCRBY', KEYS[2], $TRIMMED, removed)
 local function split(id)
   local dash = string.find(id, '-', 1, true)
   return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
@@ -47,8 +69,9 @@ local function after(a, b)
   local bm, bs = split(b)
   return am > bm or (am == bm and as > bs)
 end
-local reply = {1, added, removed}
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
+local reply = replies[last_added]
+table.insert(reply, removed)
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local name, delivered
   for i = 1, #group, 2 do
     if group[i] == 'name' then name = group[i + 1] end
@@ -58,16 +81,16 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
   for i = 1, removed do
     if after(head[i][1], delivered) then unread = unread + 1 end
   end
-  local unacked = #redis.call('XPENDING', KEYS[2], name, head[1][1], head[removed][1], removed)
+  local unacked = #redis.call('XPENDING', KEYS[1], name, head[1][1], head[removed][1], removed)
   if unread > 0 or unacked > 0 then
-    redis.call('HINCRBY', KEYS[3], name .. $UNREAD, unread)
-    redis.call('HINCRBY', KEYS[3], name .. $UNACKED, unacked)
+    redis.call('HINCRBY', KEYS[2], name .. $UNREAD, unread)
+    redis.call('HINCRBY', KEYS[2], name .. $UNACKED, unacked)
     table.insert(reply, name)
     table.insert(reply, unread)
     table.insert(reply, unacked)
   end
 end
-return reply
+return replies
 "#;
 
 /// The names [`ENQUEUE_LUA`] is filled in with.
@@ -77,23 +100,30 @@ const ENQUEUE_NAMES: [(&str, &str); 3] = [
     ("UNACKED", trim_field::UNACKED_SUFFIX),
 ];
 
+/// The most entries one call of the [`enqueue_script`] hands off: a call runs alone in Redis,
+/// so this bounds how long it makes every other client wait (about a millisecond).
+pub const ENQUEUE_BATCH: usize = 128;
+
 static ENQUEUE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&super::script_with_names(ENQUEUE_LUA, &ENQUEUE_NAMES)));
 
-/// The streams enqueue script. KEYS[1] = the enqueue marker
-/// ([`super::QueueKeys::enqueued_marker`]), KEYS[2] = the stream, KEYS[3] = the queue's trim
-/// counts ([`super::QueueKeys::trimmed`]); ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0:
-/// none), ARGV[3] = trim slack, ARGV[4] = trim limit, ARGV[5..] = the entry's field/value
-/// pairs. Returns {1, entry id} when added, {0, entry id} when the marker existed, {-1, error}
-/// when `XADD` failed (nothing written).
+/// The streams enqueue script: one call hands off several entries of one queue, each one
+/// exactly once. KEYS[1] = the stream, KEYS[2] = the queue's trim counts
+/// ([`super::QueueKeys::trimmed`]), KEYS[3..] = one enqueue marker per entry
+/// ([`super::QueueKeys::enqueued_marker`]); ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0:
+/// none), ARGV[3] = trim slack, ARGV[4] = trim limit, then per entry, in the order of its
+/// marker: the number n of its field and value arguments, then those n arguments. Returns one
+/// reply per entry, in order: {1, entry id} when added, {0, entry id} when the marker existed,
+/// {-1, error} when `GET`, `XADD` or `SET` failed for it (the others go on; an `XADD` that
+/// failed wrote nothing). [`ENQUEUE_BATCH`] entries at most per call.
 ///
-/// With a `max_len`, once the stream is at least the slack over it, the oldest entries are
-/// trimmed (`XTRIM MAXLEN ~`, at most the limit per call, whole stream nodes) and, when some
-/// were, the reply grows to {1, id, trimmed, group, unread, unacked, ...} ([`Trimmed`]): for
-/// each consumer group that had not read (id after its last delivered one) or not acknowledged
-/// (pending) some of the trimmed entries, those counts, also added to the trim counts hash.
-/// Trimming does not clear a group's pending list, so the pending count looks only at the
-/// range trimmed now.
+/// With a `max_len`, once the stream (after this call's entries) is at least the slack over
+/// it, the oldest entries are trimmed (`XTRIM MAXLEN ~`, at most the limit per call, whole
+/// stream nodes) and, when some were, the reply of the call's last added entry grows to {1, id,
+/// trimmed, group, unread, unacked, ...} ([`Trimmed`]): for each consumer group that had not
+/// read (id after its last delivered one) or not acknowledged (pending) some of the trimmed
+/// entries, those counts, also added to the trim counts hash. Trimming does not clear a group's
+/// pending list, so the pending count looks only at the range trimmed now.
 pub fn enqueue_script() -> redis::Script {
     ENQUEUE.clone()
 }
@@ -139,7 +169,7 @@ mod tests {
     fn the_enqueue_script_names_the_trim_fields_from_the_constants() {
         let script = super::super::script_with_names(ENQUEUE_LUA, &ENQUEUE_NAMES);
         assert!(!script.contains('$'), "every name filled in");
-        assert!(script.contains("HINCRBY', KEYS[3], 'trimmed', removed"));
+        assert!(script.contains("HINCRBY', KEYS[2], 'trimmed', removed"));
         assert!(script.contains("name .. ':unread'"));
         assert!(script.contains("name .. ':unacked'"));
         assert_eq!(

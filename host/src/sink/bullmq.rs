@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::script::EnqueueScript;
+use super::script::{Calls, EnqueueScript};
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
 use crate::config::{BullmqOptions, JobData, RoutesFile};
 use crate::queue::bullmq::add_job_script;
@@ -90,6 +90,7 @@ impl BullmqSink {
             script: EnqueueScript::new(
                 conn,
                 add_job_script(),
+                Calls::PerEntry,
                 "the BullMQ add script",
                 concurrency,
             ),
@@ -121,8 +122,11 @@ impl BullmqSink {
                 .or_insert_with(|| QueueJobs::new(item.queue, routes.bullmq_options(item.queue)));
         }
         let timestamp = chrono::Utc::now().timestamp_millis().max(0);
-        let args = |item: &Enqueue<'_>, cmd: &mut redis::Pipeline| {
-            let Some(jobs) = queues.get(item.queue) else {
+        let args = |one: &[Enqueue<'_>], cmd: &mut redis::Pipeline| {
+            let Some((item, jobs)) = one
+                .first()
+                .and_then(|item| Some((item, queues.get(item.queue)?)))
+            else {
                 return;
             };
             let event = item.event;

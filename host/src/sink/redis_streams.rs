@@ -1,12 +1,13 @@
 //! Redis Streams sink: hands routed events to Redis Streams, exactly once per (event, queue).
 //!
 //! Owns the Redis side of dispatch into streams: running the enqueue script of
-//! [`crate::queue::streams`] per hand-off (set-if-absent marker + `XADD`, one round trip,
-//! atomic; with a queue's `max_len`, the trim and the exact count of what it dropped unread or
-//! unacknowledged, per consumer group, in the same step) with the trim policy (slack and limit
-//! per call), the trim metrics and warnings, and the connection. A re-claim after a crash
-//! between "enqueued" and "marked done" finds the marker and adds nothing twice. Key names,
-//! entry fields and the script come from [`crate::queue`]; it never builds one itself. Pipelining, per-entry results and `NOSCRIPT` recovery are
+//! [`crate::queue::streams`] over a queue's hand-offs (per entry a set-if-absent marker + `XADD`,
+//! up to [`ENQUEUE_BATCH`] entries in one call, atomic; with a queue's `max_len`, the trim and the
+//! exact count of what it dropped unread or unacknowledged, per consumer group, in the same step)
+//! with the trim policy (slack and limit per call), the trim metrics and warnings, and the
+//! connection. A re-claim after a crash between "enqueued" and "marked done" finds the marker and
+//! adds nothing twice. Key names, entry fields and the script come from [`crate::queue`]; it never
+//! builds one itself. Pipelining, per-entry results and `NOSCRIPT` recovery are
 //! [`super::script`]'s. It never trims a queue that has no `max_len`.
 
 use std::collections::HashMap;
@@ -17,9 +18,9 @@ use crate::redis_conn::RedisConn;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::script::EnqueueScript;
+use super::script::{Calls, EnqueueScript};
 use super::{Enqueue, EnqueueResult, Sink, SinkError};
-use crate::queue::streams::{enqueue_script, Trimmed};
+use crate::queue::streams::{enqueue_script, Trimmed, ENQUEUE_BATCH};
 use crate::queue::{QueueEntry, QueueKeys};
 
 /// How far past its `max_len` a stream grows before the enqueue script trims it (one stream
@@ -106,6 +107,9 @@ impl RedisSink {
             script: EnqueueScript::new(
                 conn,
                 enqueue_script(),
+                Calls::PerQueue {
+                    at_most: ENQUEUE_BATCH,
+                },
                 "the streams enqueue script",
                 concurrency,
             ),
@@ -180,18 +184,28 @@ impl RedisSink {
         items: &[Enqueue<'_>],
         max_len: &(dyn Fn(&str) -> Option<u64> + Sync),
     ) -> Vec<EnqueueResult> {
-        let args = |item: &Enqueue<'_>, cmd: &mut redis::Pipeline| {
-            let e = item.event;
-            cmd.arg(3)
-                .arg(self.keys.enqueued_marker(item.queue, e.id))
-                .arg(self.keys.stream(item.queue))
-                .arg(self.keys.trimmed(item.queue))
-                .arg(self.dedupe_ttl_secs)
-                .arg(max_len(item.queue).unwrap_or(0))
+        // One call per queue's chunk (the runner groups by queue): its stream, its trim counts
+        // and one marker per entry, then each entry's fields preceded by their count.
+        let args = |chunk: &[Enqueue<'_>], cmd: &mut redis::Pipeline| {
+            let Some(queue) = chunk.first().map(|item| item.queue) else {
+                return;
+            };
+            cmd.arg(2 + chunk.len())
+                .arg(self.keys.stream(queue))
+                .arg(self.keys.trimmed(queue));
+            for item in chunk {
+                cmd.arg(self.keys.enqueued_marker(queue, item.event.id));
+            }
+            cmd.arg(self.dedupe_ttl_secs)
+                .arg(max_len(queue).unwrap_or(0))
                 .arg(TRIM_SLACK)
                 .arg(TRIM_LIMIT);
-            for (name, value) in QueueEntry::encode(e) {
-                cmd.arg(name).arg(value);
+            for item in chunk {
+                let fields = QueueEntry::encode(item.event);
+                cmd.arg(2 * fields.len());
+                for (name, value) in fields {
+                    cmd.arg(name).arg(value);
+                }
             }
         };
         let trimmed = |item: &Enqueue<'_>, extra: &[redis::Value]| {

@@ -1,20 +1,22 @@
-//! Enqueue scripts: running one Lua script per hand-off, pipelined, with results per entry.
+//! Enqueue scripts: running a Lua script over hand-offs, pipelined, with results per entry.
 //!
-//! Owns what every Redis-based sink does the same way: pipelines of up to [`PIPELINE_CHUNK`]
-//! `EVALSHA` calls with at most `concurrency` in flight, reading each reply on its own (an error
-//! reply fails its entry only; a connection that breaks under a pipeline fails that pipeline's
-//! entries as [`EnqueueResult::Unavailable`] while the others keep their results), and `NOSCRIPT`
-//! recovery: `EVALSHA` in a pipeline does not fall back to loading the script the way
-//! `redis::Script::invoke_async` does for a single call (redis crate 0.32), so the script is
-//! loaded again and the entries that got `NOSCRIPT` run once more.
+//! Owns what every Redis-based sink does the same way: the hand-offs grouped by queue (on a Redis
+//! Cluster a pipeline and a script reach one slot, and a queue's keys share its slot; in input
+//! order within a queue), in pipelines of up to [`PIPELINE_CHUNK`] hand-offs with at most
+//! `concurrency` in flight; a script that takes one hand-off per call ([`Calls::PerEntry`]) gets
+//! one `EVALSHA` each, one that takes several of a queue's hand-offs ([`Calls::PerQueue`], a
+//! pipeline holding as many as one call takes) one `EVALSHA` per pipeline, replying with one reply
+//! per hand-off. Each hand-off's reply is read on its own (an error reply fails its entry only; an
+//! error reply to a whole call, or a connection that breaks under a pipeline, fails that pipeline's
+//! entries, as [`EnqueueResult::Unavailable`] when it is a blip, while the others keep their
+//! results), and `NOSCRIPT` recovery: `EVALSHA` in a pipeline does not fall back to loading the
+//! script the way `redis::Script::invoke_async` does for a single call (redis crate 0.32), so the
+//! script is loaded again and the entries that got `NOSCRIPT` run once more.
 //!
-//! On a Redis Cluster each pipeline holds the hand-offs of one queue (a pipeline reaches one
-//! slot, and a queue's keys share its slot).
-//!
-//! The reply convention of every enqueue script: `{1, id}` added, `{0, id}` already there
-//! (nothing written), `{-1, error}` refused (nothing written); an added entry's reply may carry
-//! more values after the id (what the streams sink trimmed), handed to the sink as they are. It
-//! never builds a key or an argument itself: the sink's `args` closure does; the scripts are
+//! The reply convention of every enqueue script, per hand-off: `{1, id}` added, `{0, id}` already
+//! there (nothing written), `{-1, error}` refused (nothing written); an added entry's reply may
+//! carry more values after the id (what the streams sink trimmed), handed to the sink as they are.
+//! It never builds a key or an argument itself: the sink's `args` closure does; the scripts are
 //! [`crate::queue`]'s.
 
 use crate::redis_conn::RedisConn;
@@ -31,11 +33,35 @@ pub(super) const PIPELINE_CHUNK: usize = 128;
 /// How long a pipeline waits for its replicas to confirm its writes (`WAIT`).
 pub(super) const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How an enqueue script takes its hand-offs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Calls {
+    /// One hand-off per call (its reply is the hand-off's).
+    PerEntry,
+    /// Up to `at_most` hand-offs of one queue per call (and per pipeline), replying with an
+    /// array of one reply per hand-off, in order.
+    PerQueue {
+        /// The most hand-offs the script takes in one call.
+        at_most: usize,
+    },
+}
+
+impl Calls {
+    /// How many hand-offs go into one pipeline.
+    fn pipeline_len(self) -> usize {
+        match self {
+            Calls::PerEntry => PIPELINE_CHUNK,
+            Calls::PerQueue { at_most } => at_most.max(1),
+        }
+    }
+}
+
 /// One enqueue script on one connection.
 #[derive(Clone)]
 pub(super) struct EnqueueScript {
     conn: RedisConn,
     script: redis::Script,
+    calls: Calls,
     /// What the script does, for errors ("the BullMQ add script").
     what: &'static str,
     concurrency: usize,
@@ -44,17 +70,19 @@ pub(super) struct EnqueueScript {
 }
 
 impl EnqueueScript {
-    /// `script` run over `conn`, `concurrency` pipelines at once. Call [`load`](Self::load)
-    /// before the first use.
+    /// `script`, taking its hand-offs as `calls` says, run over `conn`, `concurrency`
+    /// pipelines at once. Call [`load`](Self::load) before the first use.
     pub(super) fn new(
         conn: RedisConn,
         script: redis::Script,
+        calls: Calls,
         what: &'static str,
         concurrency: usize,
     ) -> Self {
         Self {
             conn,
             script,
+            calls,
             what,
             concurrency: concurrency.max(1),
             wait_replicas: 0,
@@ -86,11 +114,12 @@ impl EnqueueScript {
             .map_err(|source| SinkError::new(format!("load {} into Redis", self.what), source))
     }
 
-    /// Run the script once per item: `args` adds an item's `numkeys`, keys and arguments after
-    /// `EVALSHA sha`. Results come back in input order.
+    /// Run the script over every item: `args` adds the `numkeys`, keys and arguments of one
+    /// call after `EVALSHA sha`, for one item ([`Calls::PerEntry`]) or for several items of
+    /// one queue ([`Calls::PerQueue`]). Results come back in input order.
     pub(super) async fn run_all<'a, F>(&self, items: &[Enqueue<'a>], args: &F) -> Vec<EnqueueResult>
     where
-        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        F: Fn(&[Enqueue<'a>], &mut redis::Pipeline) + Sync,
     {
         self.run_all_reporting(items, args, &|_, _| {}).await
     }
@@ -104,33 +133,25 @@ impl EnqueueScript {
         extra: &X,
     ) -> Vec<EnqueueResult>
     where
-        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        F: Fn(&[Enqueue<'a>], &mut redis::Pipeline) + Sync,
         X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
-        // Which items go into each pipeline: in input order on one node; on a Redis Cluster,
-        // where a pipeline reaches one slot, the items of one queue (a queue's keys share its
-        // slot). Results are put back in input order either way.
-        let pipelines: Vec<Vec<usize>> = if self.conn.is_cluster() {
-            let mut by_queue: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
-            for (i, item) in items.iter().enumerate() {
-                by_queue.entry(item.queue).or_default().push(i);
-            }
-            by_queue
-                .into_values()
-                .flat_map(|positions| {
-                    positions
-                        .chunks(PIPELINE_CHUNK)
-                        .map(<[usize]>::to_vec)
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        } else {
-            (0..items.len())
-                .collect::<Vec<_>>()
-                .chunks(PIPELINE_CHUNK)
-                .map(<[usize]>::to_vec)
-                .collect()
-        };
+        // Which items go into each pipeline: the items of one queue, in input order (a queue's
+        // keys share its slot on a Redis Cluster, and a per-queue script takes one queue's).
+        // Results are put back in input order.
+        let mut by_queue: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, item) in items.iter().enumerate() {
+            by_queue.entry(item.queue).or_default().push(i);
+        }
+        let pipelines: Vec<Vec<usize>> = by_queue
+            .into_values()
+            .flat_map(|positions| {
+                positions
+                    .chunks(self.calls.pipeline_len())
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         let runs = pipelines.into_iter().map(|positions| async move {
             let chunk: Vec<Enqueue<'a>> = positions.iter().map(|&i| items[i].clone()).collect();
             let results = self.run_chunk(&chunk, args, extra).await;
@@ -167,7 +188,7 @@ impl EnqueueScript {
         extra: &X,
     ) -> Vec<EnqueueResult>
     where
-        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        F: Fn(&[Enqueue<'a>], &mut redis::Pipeline) + Sync,
         X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
         let mut results = self.run_pipeline(chunk, args, extra).await;
@@ -202,14 +223,23 @@ impl EnqueueScript {
         extra: &X,
     ) -> Vec<EnqueueResult>
     where
-        F: Fn(&Enqueue<'a>, &mut redis::Pipeline) + Sync,
+        F: Fn(&[Enqueue<'a>], &mut redis::Pipeline) + Sync,
         X: Fn(&Enqueue<'a>, &[Value]) + Sync,
     {
         let mut pipe = redis::pipe();
         let hash = self.script.get_hash();
-        for item in chunk {
-            args(item, pipe.cmd("EVALSHA").arg(hash));
-        }
+        let calls = match self.calls {
+            Calls::PerEntry => {
+                for item in chunk {
+                    args(std::slice::from_ref(item), pipe.cmd("EVALSHA").arg(hash));
+                }
+                chunk.len()
+            }
+            Calls::PerQueue { .. } => {
+                args(chunk, pipe.cmd("EVALSHA").arg(hash));
+                1
+            }
+        };
         let waits = self.wait_replicas > 0;
         if waits {
             // No key: the pipeline still goes to the node of its hand-offs, which answers it.
@@ -217,7 +247,7 @@ impl EnqueueScript {
                 .arg(self.wait_replicas)
                 .arg(crate::numeric::millis(REPLICA_WAIT));
         }
-        let expected = chunk.len() + usize::from(waits);
+        let expected = calls + usize::from(waits);
         let mut conn = self.conn.clone();
         // Not `query_async`: it turns the first error reply into an error for the whole pipeline.
         match conn.req_packed_commands(&pipe, 0, expected).await {
@@ -226,6 +256,30 @@ impl EnqueueScript {
                     None => None,
                     Some(Value::Int(n)) => Some(usize::try_from(n).unwrap_or(0)),
                     Some(_) => Some(0),
+                };
+                let replies = match self.calls {
+                    Calls::PerEntry => replies,
+                    Calls::PerQueue { .. } => match replies.pop() {
+                        Some(Value::Array(each)) if each.len() == chunk.len() => each,
+                        Some(Value::ServerError(e)) => {
+                            let e = redis::RedisError::from(e);
+                            return chunk.iter().map(|item| redis_error(item, &e)).collect();
+                        }
+                        other => {
+                            return chunk
+                                .iter()
+                                .map(|item| {
+                                    EnqueueResult::Failed(format!(
+                                        "event {} to {}: unexpected reply from {} for {} hand-offs: {other:?}",
+                                        item.event.id,
+                                        item.queue,
+                                        self.what,
+                                        chunk.len()
+                                    ))
+                                })
+                                .collect()
+                        }
+                    },
                 };
                 chunk
                     .iter()
