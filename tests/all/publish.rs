@@ -24,6 +24,56 @@ async fn rolled_back_publish_leaves_nothing(pool: PgPool) {
     assert_eq!(n, 0, "a rolled-back publish must leave no event");
 }
 
+/// Dispatch keys are unique through an index of only the rows that have one: events without a
+/// key (most of them) add nothing to it at publish, claim or done, and a key is still refused a
+/// second row through both publish paths.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_dispatch_key_index_holds_only_keyed_events_and_keeps_keys_unique(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    env.publish_all(
+        (0..1000)
+            .map(|i| NewEvent::new("mail.welcome", json!({"i": i})))
+            .collect(),
+    )
+    .await;
+    let _: i64 = sqlx::query_scalar("SELECT outbox_publish('mail.welcome', '{}'::jsonb)")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    env.dispatcher("w1").await.drain().await.unwrap();
+    assert_eq!(env.count("done").await, 1001);
+    let index_bytes: i64 =
+        sqlx::query_scalar("SELECT pg_relation_size('outbox_event_dispatch_key_idx')")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        index_bytes, 8192,
+        "the metapage alone: no entry for a keyless event"
+    );
+
+    let first = env
+        .publish_all(vec![
+            NewEvent::new("mail.welcome", json!({})).with_dispatch_key("k-1")
+        ])
+        .await[0];
+    let again: i64 =
+        sqlx::query_scalar("SELECT outbox_publish('mail.welcome', '{}'::jsonb, NULL, 'k-1')")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(first, again);
+    let raw = sqlx::query("INSERT INTO outbox_event (event_type, payload, dispatch_key) VALUES ('mail.welcome', '{}', 'k-1')")
+        .execute(&env.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        raw.to_string().contains("outbox_event_dispatch_key_idx"),
+        "{raw}"
+    );
+    env.cleanup().await;
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn duplicate_dispatch_key_gives_one_event(pool: PgPool) {
     let env = TestEnv::new(pool).await;

@@ -56,7 +56,7 @@ pub async fn insert_event(
             (event_type, payload, tenant_id, dispatch_key, headers, ordering_key, event_version,
              available_at, generation)
         VALUES ($1, $2, $3, $4, $5, $6, $7, greatest(coalesce($8, now()), now()), $9)
-        ON CONFLICT (dispatch_key) DO NOTHING
+        ON CONFLICT (dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING
         RETURNING id
         "#,
     )
