@@ -1,5 +1,5 @@
 //! The claim loop: [`Dispatcher::run`] until shutdown and [`Dispatcher::drain`] until nothing
-//! is due, both pipelining up to two batches.
+//! is due, both pipelining up to [`BATCHES_IN_FLIGHT`] batches.
 //!
 //! Owns claiming (under the worker id, batch size, lease and claim horizon), the batches in
 //! flight and the claims they hold, the pause after a queue-system blip (probing the sink until

@@ -48,8 +48,11 @@ use crate::store;
 /// The NOTIFY channel the insert trigger signals.
 pub const NOTIFY_CHANNEL: &str = "outbox_event";
 
-/// Batches processed at once by one dispatcher (claiming the next while the last is recorded).
-const BATCHES_IN_FLIGHT: usize = 2;
+/// Batches processed at once by one dispatcher (claiming the next while the others are routed,
+/// handed off and recorded). Three, not two: at batch 100 a batch's claim and record are each
+/// about 1.5 ms of PostgreSQL, and a third batch kept PostgreSQL busy while the others waited on
+/// Redis and the host (dispatch +22 % at batch 100, unchanged at 1000).
+const BATCHES_IN_FLIGHT: usize = 3;
 
 /// Counters of one dispatcher since it started (also exported as metrics).
 #[derive(Debug, Default)]

@@ -24,8 +24,8 @@ pub async fn connect(database_url: &str, max_connections: u32) -> Result<PgPool,
 }
 
 /// Connections a dispatcher's [`dispatch_pool`] opens at most: a claim and an outcome record
-/// for each of its two batches in flight, the idle wait and the claim horizon.
-pub const DISPATCH_CONNECTIONS: u32 = 6;
+/// for each of its three batches in flight, the idle wait and the claim horizon.
+pub const DISPATCH_CONNECTIONS: u32 = 8;
 
 /// The dispatcher's own pool on the database of `pool` (its options: address, credentials,
 /// TLS), connected lazily, whose sessions commit with `synchronous_commit = off`: a claim or an
