@@ -1,13 +1,13 @@
-//! Log output: the process's log lines (and its own `error:` lines) go to stderr through a
-//! bounded queue and one writer thread, so that a stderr nobody reads cannot stop the process.
+//! Log output: the process's log lines (and its own `error:` lines) go to stderr through a bounded
+//! queue and one writer thread, so that a stderr nobody reads cannot stop the process.
 //!
-//! Owns [`LogOutput`], the writer the `tracing` subscriber writes into, and the thread that
-//! drains it into stderr, the lines queued so far in one write (a busy host logs a line per
-//! event: a write and a wake-up per line were a tenth of its CPU). A line that does not fit in the queue (stderr is a full pipe whose
-//! reader does not read, and the queue filled up) is dropped and counted; a line stderr refuses
-//! (a closed pipe: EPIPE) is dropped and counted too. The count is reported in one line once
-//! stderr takes lines again, and at exit. It never blocks the thread that logs, never panics on
-//! a write error, and never holds up exit for longer than the deadline given to
+//! Owns [`LogOutput`], the writer the `tracing` subscriber writes into, and the thread that drains
+//! it into stderr, the lines queued so far in one write (a busy host logs a line per event: a write
+//! and a wake-up per line were a tenth of its CPU). A line that does not fit in the queue (stderr
+//! is a full pipe whose reader does not read, and the queue filled up) is dropped and counted; a
+//! line stderr refuses (a closed pipe: EPIPE) is dropped and counted too. The count is reported in
+//! one line once stderr takes lines again, and at exit. It never blocks the thread that logs, never
+//! panics on a write error, and never holds up exit for longer than the deadline given to
 //! [`flush_at_exit`].
 
 use std::io::{self, Write};
