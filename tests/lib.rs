@@ -141,6 +141,20 @@ pub fn plugin_file(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// `bytes` (a component) with a custom section appended: the same plugin, another file hash.
+pub fn another_build_of(bytes: &[u8], tag: &str) -> Vec<u8> {
+    let name = b"outbox-test";
+    let mut section = vec![name.len() as u8];
+    section.extend_from_slice(name);
+    section.extend_from_slice(tag.as_bytes());
+    assert!(section.len() < 128, "one-byte LEB128 size");
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    out.push(section.len() as u8);
+    out.extend_from_slice(&section);
+    out
+}
+
 /// A private plugin directory and routes file for one test, so it can replace files freely.
 pub struct PluginFixture {
     /// Holds the directory alive.

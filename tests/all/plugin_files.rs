@@ -1,14 +1,15 @@
 //! Plugin files stay inside the plugin directory and are bounded: a `[plugins.NAME] file` that
 //! is absolute or climbs out with `..` is a config error at start and a rejected reload later
 //! (the serving plugin kept); a file that leads out through a symlink, is not a regular file
-//! or is larger than the cap is refused before it is read.
+//! or is larger than the cap is refused before it is read. A file pinned by `sha256` loads only
+//! with that digest.
 
 use std::time::Duration;
 
 use outbox_host::config::{Config, RoutesFile, Settings};
 use outbox_host::live_config::{LiveConfig, ReloadOutcome};
 use outbox_host::plugin::MAX_PLUGIN_FILE_BYTES;
-use outbox_tests::{plugin_file, PluginFixture};
+use outbox_tests::{another_build_of, plugin_file, PluginFixture};
 
 /// Routes through the prefix-router plugin, declared with `file` (none: its default file).
 fn routes_with_file(file: Option<&str>) -> String {
@@ -241,6 +242,95 @@ async fn a_plugin_file_that_is_not_a_regular_file_is_refused_without_opening_it(
     let warning = left_out(&live);
     assert!(
         warning.contains("plugin prefix-router") && warning.contains("not a regular file"),
+        "{warning}"
+    );
+}
+
+/// The SHA-256 of `bytes`, as routes.toml pins it.
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Routes through the prefix-router plugin, pinned to `digest`.
+fn routes_pinned(digest: &str) -> String {
+    format!("{}sha256 = \"{digest}\"\n", routes_with_file(None))
+}
+
+#[test]
+fn a_pin_that_is_not_a_sha256_digest_is_a_config_error() {
+    for pin in ["abc", &"g".repeat(64), &"a".repeat(65), ""] {
+        let err = RoutesFile::parse(&routes_pinned(pin), std::path::Path::new("routes.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sha256") && err.contains("64 hexadecimal digits"),
+            "{pin:?}: {err}"
+        );
+    }
+    // Upper case is the same digest.
+    let upper = "AB".repeat(32);
+    let routes =
+        RoutesFile::parse(&routes_pinned(&upper), std::path::Path::new("routes.toml")).unwrap();
+    let pin = routes.plugins["prefix-router"].sha256.clone().unwrap();
+    assert_eq!(pin.as_str(), "ab".repeat(32));
+}
+
+#[tokio::test]
+async fn a_pinned_plugin_loads_and_hot_reloads_only_the_file_with_its_digest() {
+    let first = std::fs::read(plugin_file("prefix-router")).unwrap();
+    let second = another_build_of(&first, "second");
+    let third = another_build_of(&first, "third");
+    let (first_digest, second_digest, third_digest) =
+        (digest(&first), digest(&second), digest(&third));
+    let fixture = PluginFixture::new(&["prefix-router"], &routes_pinned(&first_digest));
+    let live = serving(&fixture).await;
+    let hash = |live: &LiveConfig| live.registry.get("prefix-router").unwrap().compiled.hash.clone();
+    assert_eq!(hash(&live), first_digest);
+
+    // Another build put in its place is refused, both digests named; the pinned one serves.
+    fixture.replace("prefix-router.wasm", &second);
+    let own = fixture.dir.path().join("prefix-router.wasm");
+    let outcome = live.reload_plugin_file(&own).await;
+    let ReloadOutcome::Rejected(message) = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        message.contains(&second_digest)
+            && message.contains(&first_digest)
+            && message.contains("[plugins.prefix-router] sha256 pins"),
+        "{message}"
+    );
+    assert_eq!(hash(&live), first_digest);
+
+    // Pinning the file's digest applies the routes and loads it.
+    fixture.replace("routes.toml", routes_pinned(&second_digest).as_bytes());
+    assert_eq!(live.reload_routes().await, ReloadOutcome::Routes);
+    assert_eq!(hash(&live), second_digest);
+
+    // A pin ahead of its file holds the routes back (the pinned-before version serves) until
+    // the pinned build arrives, then applies them.
+    fixture.replace("routes.toml", routes_pinned(&third_digest).as_bytes());
+    let outcome = live.reload_routes().await;
+    let ReloadOutcome::Waiting(message) = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(message.contains(&third_digest), "{message}");
+    assert_eq!(hash(&live), second_digest);
+    fixture.replace("prefix-router.wasm", &third);
+    assert_eq!(live.retry_pending().await, ReloadOutcome::Routes);
+    assert_eq!(hash(&live), third_digest);
+    assert_eq!(live.pending_reload(), None);
+
+    // At start-up, a file that does not match its pin is left out, both digests named.
+    let fixture = PluginFixture::new(&["prefix-router"], &routes_pinned(&second_digest));
+    let live = LiveConfig::start(&fixture.config(&Settings::default()))
+        .await
+        .unwrap();
+    assert!(live.registry.get("prefix-router").is_none());
+    let warning = left_out(&live);
+    assert!(
+        warning.contains(&first_digest) && warning.contains(&second_digest),
         "{warning}"
     );
 }

@@ -10,7 +10,7 @@ use outbox_host::capability::CapabilityPolicy;
 use outbox_host::live_config::{LiveConfig, ReloadOutcome};
 use outbox_host::receive::{HandledAs, QueueEntry, Receivers};
 use outbox_host::{Host, NewEvent};
-use outbox_tests::{plugin_file, PluginFixture, TestEnv};
+use outbox_tests::{another_build_of, plugin_file, PluginFixture, TestEnv};
 use redis::AsyncCommands;
 use serde_json::json;
 use sqlx::PgPool;
@@ -30,20 +30,6 @@ async fn receipt_of(env: &TestEnv, event_id: i64) -> Option<String> {
         .fetch_optional(&env.pool)
         .await
         .unwrap()
-}
-
-/// `bytes` (a component) with a custom section appended: the same plugin, another file hash.
-fn another_build_of(bytes: &[u8], tag: &str) -> Vec<u8> {
-    let name = b"outbox-test";
-    let mut section = vec![name.len() as u8];
-    section.extend_from_slice(name);
-    section.extend_from_slice(tag.as_bytes());
-    assert!(section.len() < 128, "one-byte LEB128 size");
-    let mut out = bytes.to_vec();
-    out.push(0); // custom section id
-    out.push(section.len() as u8);
-    out.extend_from_slice(&section);
-    out
 }
 
 /// Routes with the prefix-router, `extra` appended.

@@ -29,7 +29,7 @@ pub use bullmq::{
     BackoffKind, BullmqBackoff, BullmqOptions, JobData, KeepJobs, DEFAULT_BULLMQ_JOB_ID,
     DEFAULT_BULLMQ_PREFIX,
 };
-pub use plugins::{Grants, PluginSpec, SupportedVersions};
+pub use plugins::{Grants, PluginSpec, Sha256Pin, SupportedVersions};
 pub use queues::{QueueSpec, RateLimit, SinkKind, MAX_QUEUE_CONCURRENCY};
 pub use routes::{PolicySection, QueueList, RouterSection, RoutesFile};
 pub use setting_kinds::{redact, ContractMode};

@@ -73,6 +73,11 @@ pub struct PluginSpec {
     /// into the guest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub router_payload: bool,
+    /// The SHA-256 of the only file this plugin may load (64 hex digits, as `outbox plugins
+    /// check` prints it): a file with another digest is refused, at start-up and on every hot
+    /// reload, and the serving version (if any) is kept. Unset: any file that loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<Sha256Pin>,
     /// Capabilities this plugin may use.
     #[serde(default)]
     pub grants: Grants,
@@ -92,6 +97,46 @@ pub struct PluginSpec {
     /// any other job naming it is dead-lettered unrun.
     #[serde(default)]
     pub hooks: Vec<String>,
+}
+
+/// A plugin file's pinned SHA-256 (`sha256` of `[plugins.NAME]`): 64 hexadecimal digits, kept
+/// in lowercase as the host prints digests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Sha256Pin(String);
+
+impl Sha256Pin {
+    /// The digest, 64 lowercase hex digits.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Sha256Pin {
+    type Error = String;
+
+    fn try_from(digest: String) -> Result<Self, String> {
+        if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(Self(digest.to_ascii_lowercase()))
+        } else {
+            let shown: String = digest.chars().take(80).collect();
+            Err(format!(
+                "sha256 = {shown:?}: not a SHA-256 digest (64 hexadecimal digits, as `outbox plugins check FILE` prints it)"
+            ))
+        }
+    }
+}
+
+impl From<Sha256Pin> for String {
+    fn from(pin: Sha256Pin) -> Self {
+        pin.0
+    }
+}
+
+impl std::fmt::Display for Sha256Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The event versions a handler plugin supports (`supported_versions` of `[plugins.NAME]`).

@@ -347,13 +347,18 @@ impl LiveConfig {
                 return self.reject(self.in_file(e));
             }
         };
-        // Wait for the plugins this change brings (new, or moved to another file); one already
-        // left out of the routes in force, declared with the same file, serves no worse after it.
+        // Wait for the plugins this change brings (new, moved to another file, or serving now
+        // but pinned to a digest their file does not have yet); one already left out of the
+        // routes in force, declared with the same file, serves no worse after it.
         let current = self.routes.load_full();
         let waits_for: Vec<String> = staged
             .left_out
             .iter()
-            .filter(|(name, _)| {
+            .filter(|(name, e)| {
+                if matches!(e, PluginError::PinMismatch { .. }) && self.registry.get(name).is_some()
+                {
+                    return true;
+                }
                 let file = |routes: &RoutesFile| {
                     routes
                         .plugins

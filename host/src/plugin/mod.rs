@@ -62,6 +62,18 @@ pub enum PluginError {
         /// The rule it breaks.
         rule: String,
     },
+    /// The file's SHA-256 is not the one `[plugins.NAME] sha256` pins.
+    #[error("plugin {plugin}: {path} has sha256 {actual}, but [plugins.{plugin}] sha256 pins {pinned}: not loading it (put the pinned build in place, or review this file and pin its digest)")]
+    PinMismatch {
+        /// Plugin name.
+        plugin: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// The digest routes.toml pins.
+        pinned: String,
+        /// The file's digest.
+        actual: String,
+    },
     /// The file is not a valid component, or does not fit the world it claims.
     #[error("plugin {plugin}: {message}")]
     Invalid {

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use super::engine::{CallSlots, PluginEngine, PluginLimits, World};
 use super::PluginError;
-use crate::config::{PluginSpec, RoutesFile};
+use crate::config::{PluginSpec, RoutesFile, Sha256Pin};
 use crate::naming::{DENY_ALL, NATIVE_ROUTER};
 
 // A compiled plugin and a plugin as it serves live in `super::loaded`; named here too, where
@@ -57,7 +57,8 @@ pub struct PluginInfo {
 pub struct StagedPlugins {
     next: BTreeMap<String, Arc<LoadedPlugin>>,
     /// Declared plugins left out because their file is missing or does not load and no version
-    /// of them serves: (plugin name, the error naming the file).
+    /// of them may serve (none does, or the spec pins another digest than the serving one's):
+    /// (plugin name, the error naming the file).
     pub left_out: Vec<(String, PluginError)>,
     /// Router plugins that refuse their config ([`PluginError::Config`]): a reload is rejected
     /// for them; at start-up they serve and their events are retried with this error.
@@ -114,12 +115,14 @@ impl PluginRegistry {
 
     /// Read `path` (inside the plugin directory and bounded: [`super::files`]) and compile it
     /// on a blocking thread, unless its content hash equals `unchanged_from` (then `None`: the
-    /// serving version is this file already). The file is read once; the hash that decides is
-    /// the one the new version carries.
+    /// serving version is this file already). A file whose hash is not `pinned` (the spec's
+    /// `sha256`) is refused before anything else. The file is read once; the hash that decides
+    /// is the one the new version carries.
     async fn load_file(
         &self,
         name: &str,
         path: &Path,
+        pinned: Option<&Sha256Pin>,
         unchanged_from: Option<&str>,
     ) -> Result<Option<Arc<CompiledPlugin>>, PluginError> {
         let (owned_name, dir, file) = (name.to_string(), self.dir.clone(), path.to_path_buf());
@@ -132,6 +135,14 @@ impl PluginRegistry {
             message: format!("reading the file panicked: {e}"),
         })??;
         let hash = hex::encode(Sha256::digest(&bytes));
+        if let Some(pinned) = pinned.filter(|pin| pin.as_str() != hash) {
+            return Err(PluginError::PinMismatch {
+                plugin: name.to_string(),
+                path: path.to_path_buf(),
+                pinned: pinned.to_string(),
+                actual: hash,
+            });
+        }
         if unchanged_from == Some(hash.as_str()) {
             return Ok(None);
         }
@@ -176,20 +187,40 @@ impl PluginRegistry {
         let current = self.plugins.load_full();
         let mut next = BTreeMap::new();
         let mut left_out = Vec::new();
-        // Plugins sharing one file share one compiled version.
+        // Plugins sharing one file share the version compiled from it now (each held to its
+        // own pin).
         let mut compiled_now: HashMap<PathBuf, Arc<CompiledPlugin>> = HashMap::new();
         for (name, spec) in &routes.plugins {
             let path = self.file_of(name, spec);
             let old = current.get(name);
             let serving = old.filter(|o| o.compiled.path == path);
-            let compiled = match compiled_now.get(&path) {
+            let pinned = spec.sha256.as_ref();
+            let shared = compiled_now
+                .get(&path)
+                .filter(|c| pinned.is_none_or(|pin| pin.as_str() == c.hash));
+            let compiled = match shared {
                 Some(compiled) => compiled.clone(),
                 None => {
                     let unchanged_from = serving.map(|o| o.compiled.hash.as_str());
-                    match (self.load_file(name, &path, unchanged_from).await, serving) {
-                        (Ok(Some(compiled)), _) => compiled,
-                        (Ok(None), Some(serving)) => serving.compiled.clone(),
+                    let loaded = self.load_file(name, &path, pinned, unchanged_from).await;
+                    match (loaded, serving) {
+                        (Ok(Some(compiled)), _) => {
+                            compiled_now.insert(path, compiled.clone());
+                            compiled
+                        }
+                        (Ok(None), Some(serving)) => {
+                            compiled_now.insert(path, serving.compiled.clone());
+                            serving.compiled.clone()
+                        }
                         (Ok(None), None) => unreachable!("unchanged implies a serving version"),
+                        // Pinned to another digest than the serving version's: that version
+                        // may not serve under this spec either; the plugin waits for its file.
+                        (Err(e @ PluginError::PinMismatch { .. }), Some(serving))
+                            if pinned.is_some_and(|pin| pin.as_str() != serving.compiled.hash) =>
+                        {
+                            left_out.push((name.clone(), e));
+                            continue;
+                        }
                         (Err(e), Some(serving)) => {
                             tracing::warn!("{e}; keeping the serving version of {name}");
                             serving.compiled.clone()
@@ -201,7 +232,6 @@ impl PluginRegistry {
                     }
                 }
             };
-            compiled_now.insert(path, compiled.clone());
             let limits = PluginLimits::from_spec(spec);
             // Calls in flight keep their slots across a reload unless the limit changed.
             let slots = match old {
@@ -288,12 +318,28 @@ impl PluginRegistry {
         let Some(first) = users.first() else {
             return Ok(vec![]);
         };
+        let pinned = first.spec.sha256.as_ref();
         let Some(compiled) = self
-            .load_file(&first.name, path, Some(&first.compiled.hash))
+            .load_file(&first.name, path, pinned, Some(&first.compiled.hash))
             .await?
         else {
             return Ok(vec![]);
         };
+        // Plugins sharing the file hold it to their own pins.
+        if let Some((user, pin)) = users.iter().find_map(|u| {
+            u.spec
+                .sha256
+                .as_ref()
+                .filter(|pin| pin.as_str() != compiled.hash)
+                .map(|pin| (u, pin))
+        }) {
+            return Err(PluginError::PinMismatch {
+                plugin: user.name.to_string(),
+                path: path.to_path_buf(),
+                pinned: pin.to_string(),
+                actual: compiled.hash.clone(),
+            });
+        }
         let mut next = (*self.plugins.load_full()).clone();
         let mut names = Vec::new();
         for user in users {
