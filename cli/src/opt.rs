@@ -232,16 +232,45 @@ pub(crate) enum PluginsCommand {
     /// offline: kv from memory (--kv seeds it), publish shown as "would publish" with the
     /// child's dispatch key, http answered from --http-fixtures or refused.
     Call(CallArgs),
-    /// Scaffold a plugin crate from the SDK template into DIR/NAME.
+    /// Scaffold a plugin project into DIR/NAME that builds as is, anywhere: a Rust crate with
+    /// the plugin SDK vendored inside it, or a Python or JavaScript handler with the WIT
+    /// package beside it.
     New {
-        /// Crate and plugin name: lowercase letters, digits and '-'.
+        /// Plugin name (and crate name): lowercase letters, digits and '-'.
         name: String,
         /// Which world the plugin implements.
         #[arg(long, value_enum)]
         world: WorldArg,
+        /// The language: rust (any world), python or js (handlers, built with componentize-py
+        /// or jco).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: LangArg,
         /// Parent directory (default: the current directory).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Rust: depend on the plugin SDK at this folder (written by `outbox plugins sdk --out
+        /// DIR`) instead of vendoring a copy into the crate.
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
+    /// Write the plugin SDK crate (outbox-plugin-sdk, standalone, its WIT package inside) to DIR.
+    Sdk {
+        /// The folder to write (new or empty).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Refresh a folder holding an SDK written before (its src/ and wit/ are replaced).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write the plugin contract, the WIT package outbox:plugin (the current version and the
+    /// previous one the host still loads), to DIR, for any component toolchain.
+    Wit {
+        /// The folder to write (new or empty).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Overwrite a folder holding the outbox:plugin WIT package already.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -330,6 +359,27 @@ pub(crate) enum WorldArg {
     Handler,
     /// Decides capability checks.
     Policy,
+}
+
+/// A plugin language, as `--lang` spells it.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum LangArg {
+    /// Rust, on the plugin SDK.
+    Rust,
+    /// Python, with componentize-py.
+    Python,
+    /// JavaScript, with jco.
+    Js,
+}
+
+impl From<LangArg> for ops::PluginLanguage {
+    fn from(l: LangArg) -> Self {
+        match l {
+            LangArg::Rust => Self::Rust,
+            LangArg::Python => Self::Python,
+            LangArg::Js => Self::Js,
+        }
+    }
 }
 
 impl From<WorldArg> for World {

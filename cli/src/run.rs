@@ -95,9 +95,17 @@ pub(crate) async fn run(opt: Opt) -> anyhow::Result<()> {
             PluginsCommand::List { json } => {
                 ops::list_plugins(&load_config_or_environment(path)?, json).await
             }
-            PluginsCommand::Check { file } => ops::check_plugin(file).await,
+            PluginsCommand::Check { file } => ops::check_plugin(file, path).await,
             PluginsCommand::Call(args) => ops::call_plugin(path, args).await,
-            PluginsCommand::New { name, world, dir } => ops::new_plugin(&name, world.into(), dir),
+            PluginsCommand::New {
+                name,
+                world,
+                lang,
+                dir,
+                sdk,
+            } => ops::new_plugin(&name, world.into(), lang.into(), dir, sdk),
+            PluginsCommand::Sdk { out, force } => ops::write_plugin_sdk(&out, force),
+            PluginsCommand::Wit { out, force } => ops::write_plugin_wit(&out, force),
         },
     }
 }

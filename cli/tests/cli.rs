@@ -18,6 +18,7 @@ mod cli {
     mod host_process;
     mod operators;
     mod otlp;
+    mod plugin_authors;
     mod output;
     mod plugins;
     mod plugins_call;

@@ -91,8 +91,19 @@ fn every_sdk_doc_example_compiles_in_a_scaffolded_crate() {
         sdk.display()
     );
     let parent = tempfile::tempdir().unwrap();
-    // One build directory for every example: the dependencies compile once.
+    // One build directory and one SDK for every example: the dependencies compile once.
     let target = parent.path().join("target");
+    let shared_sdk = parent.path().join("outbox-plugin-sdk");
+    let written = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["plugins", "sdk", "--out"])
+        .arg(&shared_sdk)
+        .output()
+        .unwrap();
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
     let mut failures = Vec::new();
     for (i, example) in found.iter().enumerate() {
         let world = if example.code.contains("export_router!") {
@@ -106,6 +117,8 @@ fn every_sdk_doc_example_compiles_in_a_scaffolded_crate() {
         let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
             .args(["plugins", "new", &name, "--world", world, "--dir"])
             .arg(parent.path())
+            .arg("--sdk")
+            .arg(&shared_sdk)
             .env("RUST_LOG", "warn")
             .output()
             .unwrap();

@@ -34,7 +34,9 @@ pub use contracts::{check_contracts, diff_contract_files, list_contracts, show_c
 pub use dead_letter::{dead_letters, DeadLetterAction, DeadLetterSelection};
 pub use demo::run_demo;
 pub use host::{drain, migrate, run_host};
-pub use plugin_commands::{call_plugin, check_plugin, list_plugins, new_plugin};
+pub use plugin_commands::{
+    call_plugin, check_plugin, list_plugins, new_plugin, write_plugin_sdk, write_plugin_wit,
+};
 pub use plugins::*;
 pub use publish::publish;
 pub use queues::{list_queues, pause_queue, resume_queue};

@@ -1,4 +1,4 @@
-//! `outbox plugins list|check|call|new`: the commands over the plugin tools of [`super::plugins`]
+//! `outbox plugins list|check|call|new|sdk|wit`: the commands over the plugin tools of [`super::plugins`]
 //! (which compile, call and scaffold). This module only reads the command's arguments, moves
 //! the CPU-heavy work off the async executor and prints the result; it never checks a
 //! capability or runs a plugin itself.
@@ -9,7 +9,7 @@ use anyhow::Context;
 use outbox_host::config::Config;
 use outbox_host::plugin::World;
 
-use crate::config_source::load_config;
+use crate::config_source::{load_config, load_config_or_environment};
 use crate::exit_status::ExitStatus;
 use crate::opt::{read_payload_arg, CallArgs};
 
@@ -19,10 +19,11 @@ pub async fn list_plugins(config: &Config, json: bool) -> anyhow::Result<()> {
 }
 
 /// `outbox plugins check FILE`: compile one file and check it against the world it exports.
-pub async fn check_plugin(file: PathBuf) -> anyhow::Result<()> {
+pub async fn check_plugin(file: PathBuf, config_path: &Option<PathBuf>) -> anyhow::Result<()> {
+    let settings = load_config_or_environment(config_path)?.settings;
     out!(
         "{}",
-        blocking(move || super::check_plugin_file(&file)).await?
+        blocking(move || super::check_plugin_file(&file, &settings)).await?
     );
     Ok(())
 }
@@ -65,12 +66,30 @@ pub async fn call_plugin(config_path: &Option<PathBuf>, args: CallArgs) -> anyho
     Ok(())
 }
 
-/// `outbox plugins new NAME --world W [--dir DIR]`: scaffold a plugin crate and print what to
-/// do next.
-pub fn new_plugin(name: &str, world: World, dir: Option<PathBuf>) -> anyhow::Result<()> {
+/// `outbox plugins new NAME --world W [--lang L] [--dir DIR] [--sdk DIR]`: scaffold a plugin
+/// project and print what to do next.
+pub fn new_plugin(
+    name: &str,
+    world: World,
+    language: super::PluginLanguage,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let parent = dir.unwrap_or_else(|| PathBuf::from("."));
-    let (_, next) = super::scaffold_plugin(name, world, &parent)?;
+    let (_, next) = super::scaffold_plugin(name, world, language, &parent, sdk.as_deref())?;
     out!("{next}");
+    Ok(())
+}
+
+/// `outbox plugins sdk --out DIR [--force]`: write the plugin SDK crate.
+pub fn write_plugin_sdk(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    out!("{}", super::write_sdk(out, force)?);
+    Ok(())
+}
+
+/// `outbox plugins wit --out DIR [--force]`: write the WIT package.
+pub fn write_plugin_wit(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    out!("{}", super::write_wit(out, force)?);
     Ok(())
 }
 

@@ -21,7 +21,7 @@ use outbox_host::plugin::{LoadedPlugin, PluginEngine, PluginLimits, PluginRegist
 use outbox_host::routing::RouteDecision;
 use outbox_host::store;
 
-use super::{compile_file_offline, plugin_name_of, short_hash};
+use super::{compile_file_offline, compiled_how, offline_engine, plugin_name_of, short_hash};
 
 /// Largest `--kv` or `--http-fixtures` file read, bytes.
 const MAX_INPUT_FILE_BYTES: u64 = 16 << 20;
@@ -299,11 +299,25 @@ fn offline_host(
         engine.clone(),
         config.settings.plugin_dir.clone(),
     ));
-    let policy_name = config.routes.policy.plugin.as_str();
-    let policy_source = if policy_name == DENY_ALL {
+    let mut policy_name = config.routes.policy.plugin.as_str();
+    let declared = config.routes.plugins.get(policy_name);
+    // A plugin author's folder: no routes.toml (the built-in one is used) and no policy plugin
+    // beside it. Host calls are then denied, saying how to check them against grants.
+    let no_policy_here = config.path.is_none()
+        && declared.is_some_and(|spec| !registry.file_of(policy_name, spec).exists());
+    if no_policy_here {
+        policy_name = DENY_ALL;
+    }
+    let policy_source = if no_policy_here {
+        format!(
+            "none found: no routes.toml here and no {} in {}, so every host call but log is denied (give --config ROUTES, or set OUTBOX_PLUGIN_DIR to the host's plugins, to check calls against grants)",
+            config.routes.policy.plugin,
+            config.settings.plugin_dir.display()
+        )
+    } else if policy_name == DENY_ALL {
         "deny-all (every host call but log is denied)".to_string()
     } else {
-        let spec = config.routes.plugins.get(policy_name).ok_or_else(|| {
+        let spec = declared.ok_or_else(|| {
             anyhow::anyhow!(
                 "[policy] plugin = {policy_name:?} is not declared under [plugins] of {}",
                 routes_source(config)
@@ -449,7 +463,7 @@ pub fn call_plugin_file(
     path: &std::path::Path,
     input: &PluginCallInput,
 ) -> anyhow::Result<PluginCallReport> {
-    let engine = PluginEngine::new()?;
+    let engine = offline_engine(&config.settings)?;
     let (compiled, compile_time) = compile_file_offline(&engine, path)?;
     let name = plugin_name_of(path);
     let world = compiled.world();
@@ -633,8 +647,8 @@ pub fn call_plugin_file(
         }
     };
     out.push_str(&format!(
-        "cost: compile {:.1} ms, instantiate + call {:.1} ms (wall time; limits: {} fuel, {} MiB, {} ms)",
-        compile_time.as_secs_f64() * 1e3,
+        "cost: {}, instantiate + call {:.1} ms (wall time; limits: {} fuel, {} MiB, {} ms)",
+        compiled_how(&engine, compile_time),
         call_time.as_secs_f64() * 1e3,
         limits.fuel,
         limits.memory_bytes >> 20,

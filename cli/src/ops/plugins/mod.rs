@@ -1,22 +1,25 @@
-//! `outbox plugins list|check|call|new`: list, check, try out and scaffold WebAssembly plugins,
-//! one submodule per command. What they share (naming and compiling a plugin file offline)
-//! lives here.
+//! `outbox plugins list|check|call|new|sdk|wit`: list, check, try out and scaffold WebAssembly
+//! plugins and write out what plugin authors build on, one submodule per command. What they
+//! share (naming and compiling a plugin file offline) lives here.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use outbox_host::config::Settings;
 use outbox_host::plugin::registry::{compile_bytes, CompiledPlugin};
-use outbox_host::plugin::PluginEngine;
+use outbox_host::plugin::{compile_cache, PluginEngine};
 
 mod call;
 mod check;
 mod list;
 mod scaffold;
+mod sdk;
 
 pub use call::{call_plugin_file, CallExpectation, PluginCallInput};
 pub use check::check_plugin_file;
 pub use list::print_plugins;
-pub use scaffold::scaffold_plugin;
+pub use scaffold::{scaffold_plugin, PluginLanguage};
+pub use sdk::{write_sdk, write_wit};
 
 /// The first 16 hex digits of a SHA-256, as tables show it.
 pub(crate) fn short_hash(hash: &str) -> &str {
@@ -32,6 +35,29 @@ pub(crate) fn plugin_name_of(path: &std::path::Path) -> String {
         .map(|s| s.to_string_lossy().replace('_', "-"))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "plugin".into())
+}
+
+/// The engine of the offline plugin commands: with the compile cache the host uses
+/// (`OUTBOX_PLUGIN_CACHE_DIR`, default `~/.cache/outbox/plugins`), so checking and calling the
+/// same build again, or loading it in a host afterwards, does not compile it again. A cache
+/// directory that is refused is a warning, and the plugin is compiled.
+pub(crate) fn offline_engine(settings: &Settings) -> anyhow::Result<PluginEngine> {
+    let cache = compile_cache::cache_dir_of(&settings.plugin_cache_dir).and_then(|dir| {
+        compile_cache::open_cache(&dir)
+            .inspect_err(|e| tracing::warn!("{e}; compiling without a cache"))
+            .ok()
+    });
+    Ok(PluginEngine::with_compile_cache(cache)?)
+}
+
+/// How a plugin came to be compiled: "compiled in N ms", or "loaded from the compile cache in
+/// N ms" when `engine` found it there.
+pub(crate) fn compiled_how(engine: &PluginEngine, took: Duration) -> String {
+    let ms = took.as_secs_f64() * 1e3;
+    match engine.compile_cache_counts() {
+        Some((hits, _)) if hits > 0 => format!("loaded from the compile cache in {ms:.1} ms"),
+        _ => format!("compiled in {ms:.1} ms"),
+    }
 }
 
 /// Read and compile one plugin file offline; returns it and the compile time.
