@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-plugins/target}"
 cargo build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
-mkdir -p plugins/dist/test
+mkdir -p plugins/dist/test plugins/dist/examples
 for f in "$target"/wasm32-wasip2/release/*.wasm; do
   name="$(basename "$f" .wasm)"
   name="${name//_/-}"
   if [ -d "plugins/test-plugins/$name" ]; then
     cp "$f" "plugins/dist/test/$name.wasm"
+  elif [ -d "plugins/examples/$name" ]; then
+    cp "$f" "plugins/dist/examples/$name.wasm"
   else
     cp "$f" "plugins/dist/$name.wasm"
   fi

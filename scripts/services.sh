@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Make the local services the demo and the tests use answer, on a fresh Debian machine too:
-# install what is missing (PostgreSQL, Redis, Node.js with npm for the BullMQ interop test) with
-# apt-get, start PostgreSQL and Redis if they are not answering, let local TCP connections in
-# without a password (a development or CI machine only), and create the `test` database.
+# install what is missing (PostgreSQL, Redis, Node.js with npm for the BullMQ interop test and
+# the JavaScript plugin example, Python's venv for the Python one) with apt-get, start
+# PostgreSQL and Redis if they are not answering, let local TCP connections in without a
+# password (a development or CI machine only), and create the `test` database.
 set -euo pipefail
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
@@ -10,6 +11,7 @@ command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get"
   as_root apt-get update -qq

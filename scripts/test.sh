@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run every test on a fresh Debian machine with the Rust toolchain: installs and starts
-# PostgreSQL, Redis and Node.js if needed (scripts/services.sh), installs the wasm32-wasip2
-# target, builds the plugins, installs the pinned `bullmq` package for the interop tests, checks
-# formatting and lints, then runs the whole workspace's tests (each sqlx::test makes its own
-# database).
+# PostgreSQL, Redis, Node.js and Python's venv if needed (scripts/services.sh), installs the
+# wasm32-wasip2 target, builds the plugins (the Python and JavaScript examples with their pinned
+# tools), installs the pinned `bullmq` package for the interop tests, checks formatting and
+# lints, then runs the whole workspace's tests (each sqlx::test makes its own database).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
@@ -14,6 +14,8 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
 fi
 if [ -f plugins/Cargo.toml ]; then
   scripts/build-plugins.sh
+  # The Python and JavaScript example handlers (their pinned toolchains install on first use).
+  scripts/build-plugin-examples.sh
 fi
 # The real `bullmq` package (pinned by interop/bullmq/package-lock.json) for the interop tests;
 # reinstalled when the lock file changes. Install scripts are skipped: bullmq's optional native
