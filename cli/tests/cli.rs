@@ -18,8 +18,9 @@ mod cli {
     mod host_process;
     mod operators;
     mod otlp;
-    mod plugin_authors;
     mod output;
+    mod plugin_authors;
+    mod plugin_tutorial;
     mod plugins;
     mod plugins_call;
     mod publish;

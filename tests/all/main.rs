@@ -23,6 +23,7 @@ mod failures;
 mod feedback_loops;
 mod file_sizes;
 mod guest_answers;
+mod guest_languages;
 mod handler_on_two_queues;
 mod handler_outcomes;
 mod hook_children;

@@ -285,7 +285,14 @@ async fn a_pinned_plugin_loads_and_hot_reloads_only_the_file_with_its_digest() {
         (digest(&first), digest(&second), digest(&third));
     let fixture = PluginFixture::new(&["prefix-router"], &routes_pinned(&first_digest));
     let live = serving(&fixture).await;
-    let hash = |live: &LiveConfig| live.registry.get("prefix-router").unwrap().compiled.hash.clone();
+    let hash = |live: &LiveConfig| {
+        live.registry
+            .get("prefix-router")
+            .unwrap()
+            .compiled
+            .hash
+            .clone()
+    };
     assert_eq!(hash(&live), first_digest);
 
     // Another build put in its place is refused, both digests named; the pinned one serves.

@@ -36,7 +36,13 @@ fn install_outbox(bin: &Path) -> PathBuf {
 fn author_command(program: &Path, cwd: &Path) -> Command {
     let mut command = Command::new(program);
     command.current_dir(cwd).env_clear();
-    for keep in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"] {
+    for keep in [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+    ] {
         if let Some(value) = std::env::var_os(keep) {
             command.env(keep, value);
         }
@@ -109,7 +115,10 @@ fn an_installed_binary_scaffolds_a_plugin_that_builds_without_this_checkout() {
         .output()
         .unwrap();
     let report = succeeded("plugins check", &check);
-    assert!(report.contains("ok (world handler, outbox:plugin@0.2.0"), "{report}");
+    assert!(
+        report.contains("ok (world handler, outbox:plugin@0.2.0"),
+        "{report}"
+    );
     // The digest to pin, whole.
     let pinned = report
         .lines()
@@ -121,7 +130,10 @@ fn an_installed_binary_scaffolds_a_plugin_that_builds_without_this_checkout() {
     let call = author_command(&outbox, &work)
         .args(["plugins", "call"])
         .arg(&wasm)
-        .args(["--event", r#"{"event_type": "mail.welcome", "payload": {}}"#])
+        .args([
+            "--event",
+            r#"{"event_type": "mail.welcome", "payload": {}}"#,
+        ])
         .output()
         .unwrap();
     let answer = succeeded("plugins call", &call);
@@ -141,7 +153,10 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
     let said = succeeded("plugins sdk", &out);
     assert!(said.contains("outbox:plugin@0.2.0"), "{said}");
     let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap();
-    assert!(!manifest.contains("workspace"), "{manifest}");
+    assert!(
+        !manifest.contains(".workspace") && !manifest.contains("workspace = true"),
+        "{manifest}"
+    );
 
     // `cargo package` builds the packaged crate on its own (for the machine's target).
     let package = author_command(Path::new("cargo"), &sdk)
@@ -155,8 +170,16 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
         .output()
         .unwrap();
     let listed = succeeded("cargo package --list", &listed);
-    for needed in ["src/lib.rs", "wit/outbox.wit", "wit/0.1/outbox.wit", "README.md"] {
-        assert!(listed.lines().any(|l| l == needed), "{needed} not packaged:\n{listed}");
+    for needed in [
+        "src/lib.rs",
+        "wit/outbox.wit",
+        "wit/0.1/outbox.wit",
+        "README.md",
+    ] {
+        assert!(
+            listed.lines().any(|l| l == needed),
+            "{needed} not packaged:\n{listed}"
+        );
     }
 
     // A plugin made against the shared copy names it, and refuses a folder that is not an SDK.
@@ -183,7 +206,11 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(text(&out).1.contains("not the outbox plugin SDK"), "{}", text(&out).1);
+    assert!(
+        text(&out).1.contains("not the outbox plugin SDK"),
+        "{}",
+        text(&out).1
+    );
     assert!(!work.join("other").exists());
 }
 
@@ -219,4 +246,84 @@ fn the_wit_written_out_is_the_contract_the_host_binds() {
         .output()
         .unwrap();
     succeeded("plugins wit --force", &forced);
+}
+
+#[test]
+fn python_and_javascript_handlers_are_scaffolded_built_and_called() {
+    let home = tempfile::tempdir().unwrap();
+    let outbox = install_outbox(&home.path().join("bin"));
+    let work = home.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    for (lang, hint, build) in [
+        ("python", "./build.sh", vec!["./build.sh"]),
+        (
+            "js",
+            "npm install && npm run build",
+            vec!["npm install --no-audit --no-fund", "npm run build"],
+        ),
+    ] {
+        let name = format!("hello-{lang}");
+        let out = author_command(&outbox, &work)
+            .args([
+                "plugins", "new", &name, "--world", "handler", "--lang", lang,
+            ])
+            .output()
+            .unwrap();
+        let said = succeeded(&format!("plugins new --lang {lang}"), &out);
+        assert!(said.contains(hint), "{said}");
+        let project = work.join(&name);
+        assert!(project.join("wit/outbox.wit").is_file());
+        for step in &build {
+            let built = author_command(Path::new("sh"), &project)
+                .args(["-c", step])
+                .output()
+                .unwrap();
+            succeeded(&format!("{lang}: {step}"), &built);
+        }
+        let wasm = project.join(format!("{name}.wasm"));
+        let check = author_command(&outbox, &project)
+            .args(["plugins", "check"])
+            .arg(&wasm)
+            .output()
+            .unwrap();
+        let report = succeeded(&format!("{lang}: plugins check"), &check);
+        assert!(
+            report.contains("ok (world handler, outbox:plugin@0.2.0"),
+            "{report}"
+        );
+        let call = author_command(&outbox, &project)
+            .args(["plugins", "call"])
+            .arg(&wasm)
+            .args([
+                "--event",
+                r#"{"event_type": "mail.welcome", "payload": {"to": "ada"}}"#,
+            ])
+            .output()
+            .unwrap();
+        let answer = succeeded(&format!("{lang}: plugins call"), &call);
+        assert!(
+            answer.contains("mail.welcome (from outbox.test): ok"),
+            "{answer}"
+        );
+        let logged = text(&call).1;
+        assert!(
+            logged.contains(&format!("{name}: event 1 (mail.welcome)")),
+            "{logged}"
+        );
+    }
+    // Routers and policies are Rust's.
+    let out = author_command(&outbox, &work)
+        .args([
+            "plugins",
+            "new",
+            "py-router",
+            "--world",
+            "router",
+            "--lang",
+            "python",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("only handlers"), "{}", text(&out).1);
 }

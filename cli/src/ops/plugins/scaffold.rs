@@ -74,9 +74,9 @@ fn template_files(
                 .to_str()
                 .map(|p| PathBuf::from(p.strip_suffix(".tmpl").unwrap_or(p)))
                 .unwrap_or_else(|| relative.to_path_buf());
-            let text = file
-                .contents_utf8()
-                .ok_or_else(|| anyhow::anyhow!("template {} is not UTF-8", file.path().display()))?;
+            let text = file.contents_utf8().ok_or_else(|| {
+                anyhow::anyhow!("template {} is not UTF-8", file.path().display())
+            })?;
             let script = relative.extension().is_some_and(|e| e == "sh");
             files.push((relative, fill(text), script));
         }
@@ -90,9 +90,12 @@ fn sdk_dependency(sdk: Option<&Path>) -> anyhow::Result<String> {
     let Some(sdk) = sdk else {
         return Ok(VENDORED_SDK_DIR.to_string());
     };
-    let dir = sdk
-        .canonicalize()
-        .with_context(|| format!("--sdk {}: no such folder (write one with `outbox plugins sdk --out DIR`)", sdk.display()))?;
+    let dir = sdk.canonicalize().with_context(|| {
+        format!(
+            "--sdk {}: no such folder (write one with `outbox plugins sdk --out DIR`)",
+            sdk.display()
+        )
+    })?;
     let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
     anyhow::ensure!(
         manifest.contains("name = \"outbox-plugin-sdk\""),
@@ -148,7 +151,10 @@ pub fn scaffold_plugin(
     let built_from = match (language, sdk) {
         (PluginLanguage::Rust, None) => {
             super::sdk::write_sdk(&dir.join(VENDORED_SDK_DIR), false)?;
-            format!("the plugin SDK vendored in {}/{VENDORED_SDK_DIR}", dir.display())
+            format!(
+                "the plugin SDK vendored in {}/{VENDORED_SDK_DIR}",
+                dir.display()
+            )
         }
         (PluginLanguage::Rust, Some(_)) => format!("the plugin SDK at {sdk_path}"),
         (PluginLanguage::Python | PluginLanguage::Js, _) => {
@@ -159,7 +165,10 @@ pub fn scaffold_plugin(
             format!("the WIT package in {}/wit", dir.display())
         }
     };
-    Ok((dir.clone(), next_steps(name, world, language, &dir, &built_from)))
+    Ok((
+        dir.clone(),
+        next_steps(name, world, language, &dir, &built_from),
+    ))
 }
 
 /// What `outbox plugins new` prints after writing the project.
@@ -173,7 +182,10 @@ fn next_steps(
     let (build, wasm) = match language {
         PluginLanguage::Rust => (
             "cargo build --release --target wasm32-wasip2".to_string(),
-            format!("target/wasm32-wasip2/release/{}.wasm", name.replace('-', "_")),
+            format!(
+                "target/wasm32-wasip2/release/{}.wasm",
+                name.replace('-', "_")
+            ),
         ),
         PluginLanguage::Python => ("./build.sh".to_string(), format!("{name}.wasm")),
         PluginLanguage::Js => (

@@ -170,8 +170,17 @@ mod tests {
     fn the_embedded_sdk_is_the_whole_standalone_crate() {
         let files = sdk_files();
         let names: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
-        for needed in ["Cargo.toml", "README.md", "src/lib.rs", "wit/outbox.wit", "wit/0.1/outbox.wit"] {
-            assert!(names.iter().any(|n| n == needed), "{needed} missing: {names:?}");
+        for needed in [
+            "Cargo.toml",
+            "README.md",
+            "src/lib.rs",
+            "wit/outbox.wit",
+            "wit/0.1/outbox.wit",
+        ] {
+            assert!(
+                names.iter().any(|n| n == needed),
+                "{needed} missing: {names:?}"
+            );
         }
         // Standalone: nothing inherited from a workspace.
         assert!(!SDK_MANIFEST.contains(".workspace"), "{SDK_MANIFEST}");
@@ -189,13 +198,20 @@ mod tests {
     #[test]
     fn writing_refuses_a_folder_holding_something_else_even_with_force() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"mine\"\n").unwrap();
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            "[package]\nname = \"mine\"\n",
+        )
+        .unwrap();
         let err = write_sdk(dir.path(), false).unwrap_err().to_string();
         assert!(err.contains("is not empty"), "{err}");
         let err = write_sdk(dir.path(), true).unwrap_err().to_string();
         assert!(err.contains("does not hold the outbox plugin SDK"), "{err}");
         let err = write_wit(dir.path(), true).unwrap_err().to_string();
-        assert!(err.contains("does not hold the outbox:plugin WIT package"), "{err}");
+        assert!(
+            err.contains("does not hold the outbox:plugin WIT package"),
+            "{err}"
+        );
         assert_eq!(
             std::fs::read_to_string(dir.path().join("Cargo.toml")).unwrap(),
             "[package]\nname = \"mine\"\n"
