@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every headline figure of the host with its baseline, measured in one run: builds the release
-# binaries (`outbox-bench` and the `outbox` binary the memory section runs) and the plugins,
+# binaries (`outbox-bench` and the `outbox` binary the memory section runs) and the plugins
+# (the Python and JavaScript examples too),
 # installs the graphile-worker baseline (bench/graphile-worker, `npm ci`) when npm is there, then
 # runs outbox-bench with every section. Arguments go to outbox-bench:
 #   scripts/bench.sh --json                      # one JSON document on stdout
@@ -16,6 +17,8 @@ if ! rustup target list --installed | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2 >&2
 fi
 scripts/build-plugins.sh >&2
+# The Python and JavaScript example handlers (the languages section), with their pinned tools.
+scripts/build-plugin-examples.sh >&2
 cargo build --release -p outbox-cli >&2
 if [ ! -d bench/graphile-worker/node_modules/graphile-worker ]; then
   if command -v npm >/dev/null; then

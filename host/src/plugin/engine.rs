@@ -63,8 +63,8 @@ use super::host_state::{describe_failure, push_stderr, report_dropped_logs};
 use super::legacy::{self, PreparedV0_1, PREVIOUS_WIT_VERSION};
 use super::limits::{engine_config, CallLimiter, LogBudget};
 pub use super::limits::{
-    sanitize_log_message, CallSlots, PluginLimits, DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY,
-    MAX_INSTANCES_PER_CALL, MAX_LOG_BYTES_PER_CALL, MAX_LOG_MESSAGES_PER_CALL,
+    sanitize_log_message, CallSlots, CallUsage, PluginLimits, DEFAULT_MAX_CONCURRENCY,
+    MAX_CONCURRENCY, MAX_INSTANCES_PER_CALL, MAX_LOG_BYTES_PER_CALL, MAX_LOG_MESSAGES_PER_CALL,
     MAX_LOG_MESSAGE_BYTES, MAX_MEMORIES_PER_CALL, MAX_MEMORY_MB, MAX_TABLES_PER_CALL,
     MAX_TABLE_ELEMENTS_PER_CALL,
 };
@@ -118,6 +118,8 @@ pub(crate) struct CallOf<'a> {
     pub(crate) slots: &'a CallSlots,
     /// Whether waiting for a call slot counts against the call's time limit.
     pub(crate) slot_wait: SlotWait,
+    /// Where to record what the call used of its limits, if anywhere.
+    pub(crate) usage: Option<&'a std::sync::Mutex<CallUsage>>,
 }
 
 /// How a call's wait for one of its plugin's call slots is counted.
@@ -518,6 +520,7 @@ impl PluginEngine {
             limits,
             slots,
             slot_wait,
+            usage,
         } = of;
         let failed = |message: String| PluginError::Call {
             plugin: plugin.to_string(),
@@ -559,6 +562,12 @@ impl PluginEngine {
             .store(plugin, limits, time_left, services, stderr.clone())
             .map_err(|e| failed(format!("cannot create a store: {e:#}")))?;
         let result = tokio::time::timeout_at(deadline, call(&mut store)).await;
+        if let Some(Ok(mut usage)) = usage.map(|u| u.lock()) {
+            *usage = CallUsage {
+                fuel: limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0)),
+                memory_bytes: store.data().limiter.memory_used(),
+            };
+        }
         metrics::histogram!("outbox_plugin_call_seconds", "plugin" => plugin.to_string())
             .record(started.elapsed().as_secs_f64());
         report_dropped_logs(plugin, &store.data().log);

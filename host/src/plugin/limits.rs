@@ -61,6 +61,16 @@ impl PluginLimits {
     }
 }
 
+/// What one call used of its limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallUsage {
+    /// Fuel burnt (about one unit per WebAssembly instruction).
+    pub fuel: u64,
+    /// Bytes its linear memories held together at the end (they only grow during a call: its
+    /// peak).
+    pub memory_bytes: usize,
+}
+
 /// Largest memory cap a plugin may ask for (also the pooling allocator's slot size).
 pub const MAX_MEMORY_MB: u64 = 512;
 
@@ -164,7 +174,6 @@ impl CallLimiter {
     }
 
     /// Bytes of linear memory the call's memories hold now.
-    #[cfg(test)]
     pub(crate) fn memory_used(&self) -> usize {
         self.memory_used
     }

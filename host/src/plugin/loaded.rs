@@ -19,8 +19,8 @@ use super::bindings::{
     CapabilityRequest, Decision, DelayedRetry, Delivery, Outcome, WitEvent, WitRouteDecision,
 };
 use super::engine::{
-    block_on, CallOf, CallSlots, HandlerServices, PluginEngine, PluginLimits, Prepared, SlotWait,
-    World,
+    block_on, CallOf, CallSlots, CallUsage, HandlerServices, PluginEngine, PluginLimits, Prepared,
+    SlotWait, World,
 };
 use super::{PluginError, WIT_VERSION};
 use crate::config::PluginSpec;
@@ -190,6 +190,23 @@ impl LoadedPlugin {
         block_on(self.handle(services, delivery)).and_then(|outcome| outcome)
     }
 
+    /// [`call_handler`](Self::call_handler), also returning what the call used of its limits
+    /// (fuel, memory), whatever its end: for `outbox plugins call` and the bench.
+    pub fn call_handler_measured(
+        &self,
+        services: Option<Box<dyn HandlerServices>>,
+        delivery: &Delivery,
+    ) -> (Result<Outcome, PluginError>, CallUsage) {
+        let usage = std::sync::Mutex::new(CallUsage::default());
+        let of = CallOf {
+            usage: Some(&usage),
+            ..self.call_of()
+        };
+        let outcome = block_on(self.handle_with(of, services, delivery)).and_then(|o| o);
+        let usage = usage.into_inner().unwrap_or_else(|e| e.into_inner());
+        (outcome, usage)
+    }
+
     /// [`call_handler`](Self::call_handler) as a future, awaited on the caller's task (how the
     /// receivers run handlers): the guest gives the thread back at every epoch tick, and the
     /// call ends at its time limit wherever it is.
@@ -341,6 +358,7 @@ impl LoadedPlugin {
             limits: &self.limits,
             slots: &self.slots,
             slot_wait: SlotWait::WithinTimeLimit,
+            usage: None,
         }
     }
 

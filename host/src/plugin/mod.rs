@@ -30,7 +30,7 @@ pub mod wit_event;
 pub use crate::naming::{bounded_reason, MAX_REASON_BYTES};
 pub use engine::{block_on, PluginEngine, World};
 pub use files::MAX_PLUGIN_FILE_BYTES;
-pub use limits::{CallSlots, PluginLimits};
+pub use limits::{CallSlots, CallUsage, PluginLimits};
 pub use loaded::{CompiledPlugin, LoadedPlugin};
 pub use registry::{PluginInfo, PluginRegistry, StagedPlugins};
 

@@ -46,6 +46,7 @@ mod dispatch;
 mod e2e;
 mod host_process;
 mod hosts;
+mod languages;
 mod latency;
 mod ordered;
 mod plugins;
@@ -167,6 +168,8 @@ enum Section {
     Dispatch,
     /// Router plugin against the native table, and instantiation cost.
     Plugins,
+    /// The example handler in Rust, Python and JavaScript: compile time, call cost, memory.
+    Languages,
     /// Commit-to-enqueue latency at a steady offered load.
     Latency,
     /// Receiver throughput with the echo handler plugin.
@@ -232,6 +235,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if run(Section::Plugins) {
         plugins::run(&args, &mut report, &config, &pool, &settings).await?;
+    }
+    if run(Section::Languages) {
+        languages::run(&mut report, &settings).await?;
     }
     if let (true, Some(router)) = (run(Section::Latency), &serving) {
         latency::run(&args, &mut report, &pool, &settings, router).await?;

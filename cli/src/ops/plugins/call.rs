@@ -448,6 +448,15 @@ fn describe_calls(calls: &[OfflineCall]) -> String {
     out
 }
 
+/// `bytes` in MiB, for a report.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "a memory size shown to one decimal: exact far past any plugin's memory"
+)]
+fn bytes_as_mib(bytes: usize) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
 /// A `[plugins.NAME]` declaration with nothing set.
 fn empty_spec() -> anyhow::Result<PluginSpec> {
     toml::from_str("").context("an empty plugin spec")
@@ -506,6 +515,8 @@ pub fn call_plugin_file(
     let failed = |e: outbox_host::plugin::PluginError, took: Duration| {
         anyhow::anyhow!("{e} (after {:.1} ms)", took.as_secs_f64() * 1e3)
     };
+    // What a handler's call used of its limits.
+    let mut used = None;
     let call_time = match world {
         World::Router => {
             let events = events_from_input(input)?;
@@ -566,8 +577,9 @@ pub fn call_plugin_file(
             ));
             let services = host.services(plugin.clone(), (&delivery.event).into());
             let started = Instant::now();
-            let outcome = plugin.call_handler(Some(services), &delivery);
+            let (outcome, usage) = plugin.call_handler_measured(Some(services), &delivery);
             let call_time = started.elapsed();
+            used = Some(usage);
             let state = host.state();
             // The host calls show even when the call failed: they explain what it tried.
             out.push_str(&describe_calls(&state.calls));
@@ -646,8 +658,17 @@ pub fn call_plugin_file(
             call_time
         }
     };
+    let used = used
+        .map(|u: outbox_host::plugin::CallUsage| {
+            format!(
+                ", used {} fuel and {:.1} MiB of memory",
+                u.fuel,
+                bytes_as_mib(u.memory_bytes)
+            )
+        })
+        .unwrap_or_default();
     out.push_str(&format!(
-        "cost: {}, instantiate + call {:.1} ms (wall time; limits: {} fuel, {} MiB, {} ms)",
+        "cost: {}, instantiate + call {:.1} ms{used} (wall time; limits: {} fuel, {} MiB, {} ms)",
         compiled_how(&engine, compile_time),
         call_time.as_secs_f64() * 1e3,
         limits.fuel,
