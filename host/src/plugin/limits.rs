@@ -184,6 +184,16 @@ impl CallLimiter {
     }
 }
 
+/// `bytes` as MiB: whole (`64 MiB`), or to two decimals, cut not rounded, so a total just over a
+/// whole cap never reads as the cap (`64.06 MiB`: memories grow by 64 KiB pages).
+fn mib_text(bytes: usize) -> String {
+    const MIB: usize = 1 << 20;
+    match bytes % MIB {
+        0 => format!("{} MiB", bytes / MIB),
+        rest => format!("{}.{:02} MiB", bytes / MIB, rest * 100 / MIB),
+    }
+}
+
 impl wasmtime::ResourceLimiter for CallLimiter {
     fn memory_growing(
         &mut self,
@@ -195,9 +205,9 @@ impl wasmtime::ResourceLimiter for CallLimiter {
         let total = self.memory_used.saturating_add(more);
         if total > self.memory_cap {
             return Err(self.exceed(format!(
-                "exceeded its memory limit of {} MiB (all its memories together would hold {} MiB)",
-                self.memory_cap >> 20,
-                total >> 20
+                "exceeded its memory limit of {} (all its memories together would hold {})",
+                mib_text(self.memory_cap),
+                mib_text(total)
             )));
         }
         self.memory_used = total;
@@ -329,6 +339,14 @@ pub(super) fn engine_config(pooling: bool) -> wasmtime::Config {
 mod tests {
     use super::*;
     use wasmtime::ResourceLimiter;
+
+    #[test]
+    fn a_total_just_over_the_memory_cap_never_reads_as_the_cap() {
+        let mib = 1usize << 20;
+        assert_eq!(mib_text(64 * mib), "64 MiB");
+        assert_eq!(mib_text(64 * mib + (64 << 10)), "64.06 MiB");
+        assert_eq!(mib_text(64 * mib + mib / 2), "64.50 MiB");
+    }
 
     #[test]
     fn memory_cap_counts_every_memory_of_the_call_together() {

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Table};
 use outbox_host::config::Config;
 use outbox_host::plugin::registry::compile_bytes;
-use outbox_host::plugin::{PluginEngine, PluginInfo};
+use outbox_host::plugin::PluginInfo;
 use outbox_host::store;
 
 use super::short_hash;
@@ -194,7 +194,7 @@ pub fn load_declared_plugins(
     if config.routes.plugins.is_empty() {
         return Ok(vec![]);
     }
-    let engine = PluginEngine::new()?;
+    let engine = super::offline_engine(&config.settings)?;
     Ok(config
         .routes
         .plugins
