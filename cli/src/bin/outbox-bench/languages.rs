@@ -2,8 +2,8 @@
 //! JavaScript (ComponentizeJS), the three in `plugins/examples/` with one behaviour, each
 //! compiled and called as a receiver calls it: the component's size and compile time, then
 //! instantiate + call per delivery (its JSON payload parsed, one kv increment, one log line;
-//! the host calls served in memory, allowed), the fuel a call burns and the memory its
-//! instance holds. The Python and JavaScript figures are set against the Rust handler's.
+//! the host calls served in memory, allowed) and how much of it is instantiation alone, the fuel
+//! a call burns and the memory its instance holds. The Python and JavaScript figures are set against the Rust handler's.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -63,6 +63,8 @@ struct Cost {
     bytes: usize,
     compile: Duration,
     per_call: Duration,
+    /// Of which instantiating alone (a fresh store and instance, no call).
+    instantiate: Duration,
     usage: CallUsage,
 }
 
@@ -114,10 +116,12 @@ fn measure(plugin: &str, path: &Path, max_payload_bytes: usize) -> anyhow::Resul
     for _ in 0..CALLS {
         usage = call()?;
     }
+    let per_call = started.elapsed() / CALLS;
     Ok(Cost {
         bytes: bytes.len(),
         compile,
-        per_call: started.elapsed() / CALLS,
+        per_call,
+        instantiate: loaded.time_instantiation(CALLS)?,
         usage,
     })
 }
@@ -144,9 +148,10 @@ pub(crate) async fn run(report: &mut Report, settings: &Settings) -> anyhow::Res
         let call_us = cost.per_call.as_secs_f64() * 1e6;
         let language = example.language;
         report.say(format_args!(
-            "{language} handler: {:.1} MiB component, compiled in {:.0} ms; a call (instantiate + handle, one kv increment, one log line) {call_us:.0} us, {} fuel, {:.1} MiB of memory",
+            "{language} handler: {:.1} MiB component, compiled in {:.0} ms; a call (instantiate + handle, one kv increment, one log line) {call_us:.0} us, of which instantiating {:.0} us; {} fuel, {:.1} MiB of memory",
             mib(cost.bytes),
             cost.compile.as_secs_f64() * 1e3,
+            cost.instantiate.as_secs_f64() * 1e6,
             cost.usage.fuel,
             mib(cost.usage.memory_bytes),
         ));
