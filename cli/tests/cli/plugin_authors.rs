@@ -50,6 +50,28 @@ fn author_command(program: &Path, cwd: &Path) -> Command {
     command
 }
 
+/// Running a command to its end.
+trait Run {
+    /// Its output. A binary copied a moment ago can be briefly busy to exec (`ETXTBSY`: a
+    /// process another test thread forked meanwhile may still hold the copy's write handle until
+    /// it execs), so that one error is retried.
+    fn run(&mut self) -> Output;
+}
+
+impl Run for Command {
+    fn run(&mut self) -> Output {
+        for _ in 0..100 {
+            match self.output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                result => return result.unwrap(),
+            }
+        }
+        self.output().unwrap()
+    }
+}
+
 fn succeeded(what: &str, out: &Output) -> String {
     let (stdout, stderr) = text(out);
     assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
@@ -85,8 +107,7 @@ fn an_installed_binary_scaffolds_a_plugin_that_builds_without_this_checkout() {
 
     let out = author_command(&outbox, &work)
         .args(["plugins", "new", "greeter", "--world", "handler"])
-        .output()
-        .unwrap();
+        .run();
     let stdout = succeeded("plugins new", &out);
     let shown = format!("{stdout}{}", text(&out).1);
     assert!(
@@ -104,16 +125,14 @@ fn an_installed_binary_scaffolds_a_plugin_that_builds_without_this_checkout() {
     let build = author_command(Path::new("cargo"), &crate_dir)
         .args(["build", "--release", "--target", "wasm32-wasip2"])
         .env("CARGO_TARGET_DIR", shared_target())
-        .output()
-        .unwrap();
+        .run();
     succeeded("cargo build of the scaffold", &build);
     let wasm = shared_target().join("wasm32-wasip2/release/greeter.wasm");
 
     let check = author_command(&outbox, &work)
         .args(["plugins", "check"])
         .arg(&wasm)
-        .output()
-        .unwrap();
+        .run();
     let report = succeeded("plugins check", &check);
     assert!(
         report.contains("ok (world handler, outbox:plugin@0.2.0"),
@@ -134,8 +153,7 @@ fn an_installed_binary_scaffolds_a_plugin_that_builds_without_this_checkout() {
             "--event",
             r#"{"event_type": "mail.welcome", "payload": {}}"#,
         ])
-        .output()
-        .unwrap();
+        .run();
     let answer = succeeded("plugins call", &call);
     assert!(answer.contains("ok"), "{answer}");
 }
@@ -148,8 +166,7 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
     let out = author_command(&outbox, home.path())
         .args(["plugins", "sdk", "--out"])
         .arg(&sdk)
-        .output()
-        .unwrap();
+        .run();
     let said = succeeded("plugins sdk", &out);
     assert!(said.contains("outbox:plugin@0.2.0"), "{said}");
     let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap();
@@ -162,13 +179,11 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
     let package = author_command(Path::new("cargo"), &sdk)
         .args(["package", "--allow-dirty"])
         .env("CARGO_TARGET_DIR", shared_target())
-        .output()
-        .unwrap();
+        .run();
     succeeded("cargo package of the SDK", &package);
     let listed = author_command(Path::new("cargo"), &sdk)
         .args(["package", "--list", "--allow-dirty"])
-        .output()
-        .unwrap();
+        .run();
     let listed = succeeded("cargo package --list", &listed);
     for needed in [
         "src/lib.rs",
@@ -188,8 +203,7 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
     let out = author_command(&outbox, &work)
         .args(["plugins", "new", "by-tenant", "--world", "router", "--sdk"])
         .arg(&sdk)
-        .output()
-        .unwrap();
+        .run();
     succeeded("plugins new --sdk", &out);
     let cargo_toml = std::fs::read_to_string(work.join("by-tenant/Cargo.toml")).unwrap();
     assert!(
@@ -203,8 +217,7 @@ fn the_sdk_written_out_is_a_standalone_crate_cargo_packages() {
     let out = author_command(&outbox, &work)
         .args(["plugins", "new", "other", "--world", "router", "--sdk"])
         .arg(&work)
-        .output()
-        .unwrap();
+        .run();
     assert!(!out.status.success());
     assert!(
         text(&out).1.contains("not the outbox plugin SDK"),
@@ -221,8 +234,7 @@ fn the_wit_written_out_is_the_contract_the_host_binds() {
     let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
         .args(["plugins", "wit", "--out"])
         .arg(&wit)
-        .output()
-        .unwrap();
+        .run();
     succeeded("plugins wit", &out);
     let repo_wit = checkout().join("plugin-sdk/wit");
     for file in ["outbox.wit", "0.1/outbox.wit"] {
@@ -236,15 +248,13 @@ fn the_wit_written_out_is_the_contract_the_host_binds() {
     let again = Command::new(env!("CARGO_BIN_EXE_outbox"))
         .args(["plugins", "wit", "--out"])
         .arg(&wit)
-        .output()
-        .unwrap();
+        .run();
     assert!(!again.status.success());
     assert!(text(&again).1.contains("--force"), "{}", text(&again).1);
     let forced = Command::new(env!("CARGO_BIN_EXE_outbox"))
         .args(["plugins", "wit", "--force", "--out"])
         .arg(&wit)
-        .output()
-        .unwrap();
+        .run();
     succeeded("plugins wit --force", &forced);
 }
 
@@ -267,8 +277,7 @@ fn python_and_javascript_handlers_are_scaffolded_built_and_called() {
             .args([
                 "plugins", "new", &name, "--world", "handler", "--lang", lang,
             ])
-            .output()
-            .unwrap();
+            .run();
         let said = succeeded(&format!("plugins new --lang {lang}"), &out);
         assert!(said.contains(hint), "{said}");
         let project = work.join(&name);
@@ -276,16 +285,14 @@ fn python_and_javascript_handlers_are_scaffolded_built_and_called() {
         for step in &build {
             let built = author_command(Path::new("sh"), &project)
                 .args(["-c", step])
-                .output()
-                .unwrap();
+                .run();
             succeeded(&format!("{lang}: {step}"), &built);
         }
         let wasm = project.join(format!("{name}.wasm"));
         let check = author_command(&outbox, &project)
             .args(["plugins", "check"])
             .arg(&wasm)
-            .output()
-            .unwrap();
+            .run();
         let report = succeeded(&format!("{lang}: plugins check"), &check);
         assert!(
             report.contains("ok (world handler, outbox:plugin@0.2.0"),
@@ -298,8 +305,7 @@ fn python_and_javascript_handlers_are_scaffolded_built_and_called() {
                 "--event",
                 r#"{"event_type": "mail.welcome", "payload": {"to": "ada"}}"#,
             ])
-            .output()
-            .unwrap();
+            .run();
         let answer = succeeded(&format!("{lang}: plugins call"), &call);
         assert!(
             answer.contains("mail.welcome (from outbox.test): ok"),
@@ -322,8 +328,7 @@ fn python_and_javascript_handlers_are_scaffolded_built_and_called() {
             "--lang",
             "python",
         ])
-        .output()
-        .unwrap();
+        .run();
     assert!(!out.status.success());
     assert!(text(&out).1.contains("only handlers"), "{}", text(&out).1);
 }
