@@ -368,6 +368,15 @@ impl TestEnv {
             .unwrap()
     }
 
+    /// The receipt of one event (its only handler): result, attempts, error.
+    pub async fn receipt(&self, event_id: i64) -> Option<(String, i32, Option<String>)> {
+        sqlx::query_as("SELECT result, attempts, error FROM outbox_receipt WHERE event_id = $1")
+            .bind(event_id)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap()
+    }
+
     /// Count of events in a status.
     pub async fn count(&self, status: &str) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = $1")

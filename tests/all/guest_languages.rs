@@ -45,13 +45,23 @@ fn routes() -> String {
     routes
 }
 
-/// The receipt of `event_id`: result, attempts, error.
-async fn receipt(env: &TestEnv, event_id: i64) -> Option<(String, i32, Option<String>)> {
-    sqlx::query_as("SELECT result, attempts, error FROM outbox_receipt WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_optional(&env.pool)
-        .await
-        .unwrap()
+/// The final receipt of `id` (handled by `language`'s example) is `dead`, after `attempts` when
+/// given, with an error naming one of `reasons`.
+async fn dead_after(
+    env: &TestEnv,
+    language: &str,
+    id: i64,
+    attempts: Option<i32>,
+    reasons: &[&str],
+) {
+    let receipt = env.receipt(id).await.unwrap();
+    let error = receipt.2.clone().unwrap_or_default();
+    assert!(
+        receipt.0 == "dead"
+            && attempts.is_none_or(|a| a == receipt.1)
+            && reasons.iter().any(|r| error.contains(r)),
+        "{language}: {receipt:?}"
+    );
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -84,7 +94,8 @@ async fn handlers_in_rust_python_and_javascript_handle_events_end_to_end_within_
         Duration::from_secs(120),
         async || {
             for id in &ids {
-                if !receipt(&env, *id)
+                if !env
+                    .receipt(*id)
                     .await
                     .is_some_and(|(result, _, _)| result == "ok" || result == "dead")
                 {
@@ -103,7 +114,7 @@ async fn handlers_in_rust_python_and_javascript_handle_events_end_to_end_within_
             ids[n * actions.len() + actions.iter().position(|a| *a == action).unwrap()]
         };
         // ok: counted in its kv namespace, its child published with the key the host gives it.
-        let ok = receipt(&env, id("ok")).await.unwrap();
+        let ok = env.receipt(id("ok")).await.unwrap();
         assert_eq!((ok.0.as_str(), ok.1), ("ok", 1), "{language}: {ok:?}");
         let seen: Option<String> = redis
             .get(format!("{}outbox:kv:{plugin}:seen", env.prefix))
@@ -123,53 +134,12 @@ async fn handlers_in_rust_python_and_javascript_handle_events_end_to_end_within_
             "{language}"
         );
 
-        // retry: tried again, then given up after the configured retries, with its reason.
-        let retried = receipt(&env, id("retry")).await.unwrap();
-        assert_eq!(
-            (retried.0.as_str(), retried.1),
-            ("dead", 2),
-            "{language}: {retried:?}"
-        );
-        assert!(
-            retried
-                .2
-                .as_deref()
-                .unwrap_or_default()
-                .contains("asked to retry"),
-            "{language}: {retried:?}"
-        );
-        // fail: dead at once.
-        let failed = receipt(&env, id("fail")).await.unwrap();
-        assert_eq!(
-            (failed.0.as_str(), failed.1),
-            ("dead", 1),
-            "{language}: {failed:?}"
-        );
-        assert!(
-            failed
-                .2
-                .as_deref()
-                .unwrap_or_default()
-                .contains("asked to fail"),
-            "{language}: {failed:?}"
-        );
-        // spin and hog: stopped by the sandbox (time or fuel, memory), each attempt.
-        let spun = receipt(&env, id("spin")).await.unwrap();
-        let spun_error = spun.2.clone().unwrap_or_default();
-        assert!(
-            spun.0 == "dead" && (spun_error.contains("time limit") || spun_error.contains("fuel")),
-            "{language}: {spun:?}"
-        );
-        let hogged = receipt(&env, id("hog")).await.unwrap();
-        assert!(
-            hogged.0 == "dead"
-                && hogged
-                    .2
-                    .as_deref()
-                    .unwrap_or_default()
-                    .contains("memory limit"),
-            "{language}: {hogged:?}"
-        );
+        // retry: tried again, then given up after the configured retries, with its reason;
+        // fail: dead at once; spin and hog: stopped by the sandbox (time or fuel, memory).
+        dead_after(&env, language, id("retry"), Some(2), &["asked to retry"]).await;
+        dead_after(&env, language, id("fail"), Some(1), &["asked to fail"]).await;
+        dead_after(&env, language, id("spin"), None, &["time limit", "fuel"]).await;
+        dead_after(&env, language, id("hog"), None, &["memory limit"]).await;
         let letters = dead
             .list(&[format!("outbox.example-{language}")])
             .await

@@ -42,15 +42,6 @@ impl Running {
     }
 }
 
-/// The receipt of `event_id`: result, attempts, error.
-async fn receipt(env: &TestEnv, event_id: i64) -> Option<(String, i32, Option<String>)> {
-    sqlx::query_as("SELECT result, attempts, error FROM outbox_receipt WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_optional(&env.pool)
-        .await
-        .unwrap()
-}
-
 fn probe_routes() -> &'static str {
     r#"
 [routes]
@@ -120,11 +111,11 @@ async fn retry_after_waits_the_handlers_own_delay_instead_of_the_backoff(pool: P
         "the second attempt came {waited:?} after the first: before the handler's 2.5 s"
     );
     wait_for("the ok receipt", Duration::from_secs(20), async || {
-        receipt(&env, id).await.is_some_and(|r| r.0 == "ok")
+        env.receipt(id).await.is_some_and(|r| r.0 == "ok")
     })
     .await;
     assert_eq!(
-        receipt(&env, id).await.unwrap().1,
+        env.receipt(id).await.unwrap().1,
         2,
         "retry-after counts an attempt"
     );
@@ -180,17 +171,17 @@ async fn a_handler_that_panics_is_retried_with_the_configured_retries_then_dead_
         ])
         .await;
     wait_for("both outcomes", Duration::from_secs(30), async || {
-        let once = receipt(&env, ids[0]).await;
-        let always = receipt(&env, ids[1]).await;
+        let once = env.receipt(ids[0]).await;
+        let always = env.receipt(ids[1]).await;
         once.is_some_and(|r| r.0 == "ok") && always.is_some_and(|r| r.0 == "dead")
     })
     .await;
     // A panic is a failed attempt: the next one runs after the backoff and succeeds.
-    assert_eq!(receipt(&env, ids[0]).await.unwrap().1, 2);
+    assert_eq!(env.receipt(ids[0]).await.unwrap().1, 2);
     assert_eq!(attempts_seen(&env, ids[0]).await, "1,2");
     // Panicking every time: the configured retries (2), then the dead-letter stream, with the
     // guest's panic message in the reason.
-    let (_, attempts, error) = receipt(&env, ids[1]).await.unwrap();
+    let (_, attempts, error) = env.receipt(ids[1]).await.unwrap();
     assert_eq!(attempts, 3);
     assert_eq!(attempts_seen(&env, ids[1]).await, "1,2,3");
     let error = error.unwrap_or_default();
@@ -294,12 +285,12 @@ grants = { kv = true, publish = ["legacy."] }
     wait_for(
         "the handler's ok receipt",
         Duration::from_secs(30),
-        async || receipt(&env, ids[0]).await.is_some_and(|r| r.0 == "ok"),
+        async || env.receipt(ids[0]).await.is_some_and(|r| r.0 == "ok"),
     )
     .await;
     // Routed by the 0.1 router; handled by the 0.1 handler: a retry, then ok.
     assert!(!env.entries("outbox.legacy").await.is_empty());
-    assert_eq!(receipt(&env, ids[0]).await.unwrap().1, 2);
+    assert_eq!(env.receipt(ids[0]).await.unwrap().1, 2);
     // Its kv calls reached its own namespace...
     let mut conn = env.redis.clone();
     let last: Option<String> = conn

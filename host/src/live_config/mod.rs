@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, RoutesFile, Settings};
+use crate::config::{Config, RoutesFile};
 use crate::contracts::Contracts;
 use crate::plugin::{compile_cache, files};
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
@@ -139,7 +139,9 @@ impl LiveConfig {
                 files::shown_dir(dir)
             );
         }
-        let engine = PluginEngine::with_compile_cache(open_compile_cache(&config.settings))?;
+        let engine = PluginEngine::with_compile_cache(compile_cache::open_configured(
+            &config.settings.plugin_cache_dir,
+        ))?;
         let registry = Arc::new(PluginRegistry::new(
             engine,
             config.settings.plugin_dir.clone(),
@@ -455,22 +457,6 @@ impl LiveConfig {
 }
 
 /// The warning for plugins of the routes in force that `staged` left out, if any.
-/// The compile cache `settings.plugin_cache_dir` names, if it is on and safe to use; a refused
-/// directory is a warning, and plugins are then compiled without a cache.
-fn open_compile_cache(settings: &Settings) -> Option<wasmtime::Cache> {
-    let dir = compile_cache::cache_dir_of(&settings.plugin_cache_dir)?;
-    match compile_cache::open_cache(&dir) {
-        Ok(cache) => {
-            tracing::debug!(dir = %dir.display(), "plugin compile cache");
-            Some(cache)
-        }
-        Err(e) => {
-            tracing::warn!("{e}; plugins are compiled at every start");
-            None
-        }
-    }
-}
-
 fn left_out_message(
     routes_path: Option<&Path>,
     registry: &PluginRegistry,

@@ -74,6 +74,23 @@ pub enum CacheDirRefused {
     },
 }
 
+/// The cache `setting` (the value of `OUTBOX_PLUGIN_CACHE_DIR`) names, if it is on and safe to
+/// use ([`cache_dir_of`], [`open_cache`]); a refused directory is a warning, and plugins are then
+/// compiled without a cache. What a host and the offline plugin commands both open.
+pub fn open_configured(setting: &str) -> Option<Cache> {
+    let dir = cache_dir_of(setting)?;
+    match open_cache(&dir) {
+        Ok(cache) => {
+            tracing::debug!(dir = %dir.display(), "plugin compile cache");
+            Some(cache)
+        }
+        Err(e) => {
+            tracing::warn!("{e}; plugins are compiled without a cache");
+            None
+        }
+    }
+}
+
 /// A wasmtime cache in `dir`, created (mode 0700) when missing, after checking that only the
 /// host's user can write to it.
 pub fn open_cache(dir: &Path) -> Result<Cache, CacheDirRefused> {

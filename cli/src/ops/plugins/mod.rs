@@ -37,16 +37,11 @@ pub(crate) fn plugin_name_of(path: &std::path::Path) -> String {
         .unwrap_or_else(|| "plugin".into())
 }
 
-/// The engine of the offline plugin commands: with the compile cache the host uses
+/// The engine of the offline plugin commands: with the compile cache a host opens
 /// (`OUTBOX_PLUGIN_CACHE_DIR`, default `~/.cache/outbox/plugins`), so checking and calling the
-/// same build again, or loading it in a host afterwards, does not compile it again. A cache
-/// directory that is refused is a warning, and the plugin is compiled.
+/// same build again, or loading it in a host afterwards, does not compile it again.
 pub(crate) fn offline_engine(settings: &Settings) -> anyhow::Result<PluginEngine> {
-    let cache = compile_cache::cache_dir_of(&settings.plugin_cache_dir).and_then(|dir| {
-        compile_cache::open_cache(&dir)
-            .inspect_err(|e| tracing::warn!("{e}; compiling without a cache"))
-            .ok()
-    });
+    let cache = compile_cache::open_configured(&settings.plugin_cache_dir);
     Ok(PluginEngine::with_compile_cache(cache)?)
 }
 

@@ -64,22 +64,19 @@ fn template_files(
     let root = TEMPLATES
         .get_dir(template)
         .ok_or_else(|| anyhow::anyhow!("the binary carries no {template} template"))?;
+    let mut embedded = Vec::new();
+    super::sdk::files_of(root, Path::new(""), &mut embedded);
     let mut files = Vec::new();
-    let mut pending = vec![root];
-    while let Some(dir) = pending.pop() {
-        pending.extend(dir.dirs());
-        for file in dir.files() {
-            let relative = file.path().strip_prefix(template).unwrap_or(file.path());
-            let relative = relative
-                .to_str()
-                .map(|p| PathBuf::from(p.strip_suffix(".tmpl").unwrap_or(p)))
-                .unwrap_or_else(|| relative.to_path_buf());
-            let text = file.contents_utf8().ok_or_else(|| {
-                anyhow::anyhow!("template {} is not UTF-8", file.path().display())
-            })?;
-            let script = relative.extension().is_some_and(|e| e == "sh");
-            files.push((relative, fill(text), script));
-        }
+    for (path, bytes) in embedded {
+        let relative = path.strip_prefix(template).unwrap_or(&path);
+        let relative = relative
+            .to_str()
+            .map(|p| PathBuf::from(p.strip_suffix(".tmpl").unwrap_or(p)))
+            .unwrap_or_else(|| relative.to_path_buf());
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("template {} is not UTF-8", path.display()))?;
+        let script = relative.extension().is_some_and(|e| e == "sh");
+        files.push((relative, fill(text), script));
     }
     files.sort();
     Ok(files)
@@ -96,9 +93,8 @@ fn sdk_dependency(sdk: Option<&Path>) -> anyhow::Result<String> {
             sdk.display()
         )
     })?;
-    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
     anyhow::ensure!(
-        manifest.contains("name = \"outbox-plugin-sdk\""),
+        super::sdk::holds_sdk(&dir),
         "--sdk {}: not the outbox plugin SDK (no Cargo.toml of outbox-plugin-sdk; write one with `outbox plugins sdk --out DIR`)",
         dir.display()
     );

@@ -30,10 +30,11 @@ const SDK_PACKAGE_LINE: &str = "name = \"outbox-plugin-sdk\"";
 const WIT_PACKAGE_PREFIX: &str = "package outbox:plugin@";
 
 /// One file to write: its path under the folder written, and its bytes.
-type EmbeddedFile = (PathBuf, &'static [u8]);
+pub(super) type EmbeddedFile = (PathBuf, &'static [u8]);
 
-/// The files of `dir` (an embedded folder), under `prefix`, in a stable order.
-fn files_of(dir: &'static Dir<'static>, prefix: &Path, out: &mut Vec<EmbeddedFile>) {
+/// The files of `dir` (an embedded folder, or a folder in one), each at its path from the
+/// embedded root joined to `prefix`.
+pub(super) fn files_of(dir: &'static Dir<'static>, prefix: &Path, out: &mut Vec<EmbeddedFile>) {
     for file in dir.files() {
         out.push((prefix.join(file.path()), file.contents()));
     }
@@ -80,6 +81,11 @@ fn is_empty_or_absent(dir: &Path) -> anyhow::Result<bool> {
     }
 }
 
+/// Whether `dir` holds the SDK crate (its `Cargo.toml` names the package).
+pub(super) fn holds_sdk(dir: &Path) -> bool {
+    file_contains(dir, "Cargo.toml", SDK_PACKAGE_LINE)
+}
+
 /// Whether the file `dir/file` exists and contains `needle`.
 fn file_contains(dir: &Path, file: &str, needle: &str) -> bool {
     std::fs::read_to_string(dir.join(file)).is_ok_and(|text| text.contains(needle))
@@ -110,7 +116,7 @@ pub fn write_sdk(out: &Path, force: bool) -> anyhow::Result<String> {
             out.display()
         );
         anyhow::ensure!(
-            file_contains(out, "Cargo.toml", SDK_PACKAGE_LINE),
+            holds_sdk(out),
             "{} does not hold the outbox plugin SDK (no Cargo.toml with {SDK_PACKAGE_LINE}); --force refreshes only an SDK folder",
             out.display()
         );
