@@ -19,6 +19,7 @@ mod console;
 mod console_access;
 mod contracts;
 mod dispatch;
+mod dispatch_wake;
 mod failures;
 mod feedback_loops;
 mod file_sizes;

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::wake::listen_for_events;
+use super::wake::{listen_for_events, WakeMode};
 use super::{BatchReport, Dispatcher, BATCHES_IN_FLIGHT};
 use crate::fault;
 use crate::reconnect::Backoff;
@@ -105,6 +105,8 @@ impl Dispatcher {
         let mut caught_up = false;
         // When to look again without a wake-up, as last worked out (see `wait_for_work`).
         let mut next_look: Option<Instant> = None;
+        // Notified by producers, or polling while claiming fast (see `wake`).
+        let mut wake_mode = WakeMode::new();
         tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
         while !shutdown.is_cancelled() {
             while in_flight.len() >= BATCHES_IN_FLIGHT {
@@ -143,7 +145,7 @@ impl Dispatcher {
                 }
             }
             if std::mem::take(&mut caught_up) {
-                self.wait_for_work(&mut in_flight, &mut next_look, &shutdown)
+                self.wait_for_work(&mut in_flight, &mut next_look, &mut wake_mode, &shutdown)
                     .await;
                 continue;
             }
@@ -174,11 +176,12 @@ impl Dispatcher {
                 // Something woke the loop and nothing was claimable: a row due later (a new
                 // one published with a later `available_at`) may be what woke it.
                 next_look = None;
-                self.wait_for_work(&mut in_flight, &mut next_look, &shutdown)
+                self.wait_for_work(&mut in_flight, &mut next_look, &mut wake_mode, &shutdown)
                     .await;
                 continue;
             }
             caught_up = claim.events.len() < self.batch_len();
+            wake_mode.claimed(claim.events.len());
             let me = self.clone();
             let claimed_at = claim.claimed_at;
             // Finishing the head of an ordering key makes the key's next event claimable.
@@ -227,6 +230,9 @@ impl Dispatcher {
                 tracing::warn!(error = %e, "could not release claims; they return after the lease")
             }
         }
+        if wake_mode.polling() {
+            self.withdraw_polling().await;
+        }
         listener.abort();
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
     }
@@ -236,7 +242,8 @@ impl Dispatcher {
     /// may have made rows claimable at once (it put rows back, or it held the head of an ordering
     /// key), or shutdown. A batch that only marked its rows done changes nothing claimable: at a
     /// trickle of events, waking for it cost a claim that found nothing and another look at the
-    /// next due time per event.
+    /// next due time per event. While the dispatcher polls (`wake_mode`: it claims fast, and
+    /// producers do not notify), it sleeps only until the next poll and reads no due time.
     ///
     /// When to look again without a wake-up (`next_look`) is worked out from the table (the
     /// next due time, at most the poll interval ahead) only when the last one has passed or was
@@ -248,11 +255,13 @@ impl Dispatcher {
         &self,
         in_flight: &mut JoinSet<bool>,
         next_look: &mut Option<Instant>,
+        wake_mode: &mut WakeMode,
         shutdown: &CancellationToken,
     ) {
-        let at = match *next_look {
-            Some(at) if at > Instant::now() => at,
-            _ => *next_look.insert(Instant::now() + self.idle_wait().await),
+        let at = match (self.follow_claim_rate(wake_mode).await, *next_look) {
+            (Some(poll), _) => Instant::now() + poll,
+            (None, Some(at)) if at > Instant::now() => at,
+            (None, _) => *next_look.insert(Instant::now() + self.idle_wait().await),
         };
         let wait = tokio::time::sleep_until(at);
         tokio::pin!(wait);

@@ -1,0 +1,150 @@
+//! Waking the dispatcher: producers notify an idle dispatcher, and stop notifying (their
+//! notifications serialise their commits) while a dispatcher claiming fast polls instead.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use outbox_host::{store, NewEvent};
+use outbox_tests::{wait_for, TestEnv};
+use serde_json::json;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// Whether a notification on the dispatcher's channel arrives within `within`.
+async fn notified_within(listener: &mut PgListener, within: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(within, listener.recv()).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Polling leases current now.
+async fn current_polling_leases(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_dispatcher_polling WHERE until > clock_timestamp()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn producers_notify_only_while_no_dispatcher_polling_lease_is_current(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
+    listener
+        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
+        .await
+        .unwrap();
+    let insert = |n| env.insert_many("mail.wake", n);
+
+    insert(1).await;
+    assert!(
+        notified_within(&mut listener, Duration::from_secs(5)).await,
+        "no dispatcher polls: an insert notifies"
+    );
+
+    store::announce_polling(&env.pool, "poller", Duration::from_secs(30))
+        .await
+        .unwrap();
+    insert(1).await;
+    insert(3).await;
+    assert!(
+        !notified_within(&mut listener, Duration::from_millis(500)).await,
+        "a dispatcher polls: producers do not notify"
+    );
+
+    // A lease that ran out (its host died while polling) silences nobody.
+    store::withdraw_polling(&env.pool, "poller").await.unwrap();
+    store::announce_polling(&env.pool, "dead-poller", Duration::ZERO)
+        .await
+        .unwrap();
+    insert(1).await;
+    assert!(
+        notified_within(&mut listener, Duration::from_secs(5)).await,
+        "an expired polling lease: an insert notifies again"
+    );
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dispatcher_claiming_fast_polls_then_hands_waking_back_to_notifications(pool: PgPool) {
+    let mut env = TestEnv::new(pool).await;
+    // Only a notification or the dispatcher's own polling can be what finds an event in time.
+    env.settings.dispatch_interval = Duration::from_secs(30);
+    let dispatcher = env.dispatcher("fast").await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+
+    // Producers at about 3,500 events/s (40 every 10 ms), above the rate at which it polls.
+    let producing = CancellationToken::new();
+    let producer = {
+        let (pool, producing) = (env.pool.clone(), producing.clone());
+        tokio::spawn(async move {
+            let mut inserted = 0i64;
+            while !producing.is_cancelled() {
+                sqlx::query(
+                    "INSERT INTO outbox_event (event_type, payload) SELECT 'mail.fast', jsonb_build_object('n', g) FROM generate_series(1, 40) g",
+                )
+                .execute(&pool)
+                .await
+                .unwrap();
+                inserted += 40;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            inserted
+        })
+    };
+    wait_for(
+        "the dispatcher to announce that it polls",
+        Duration::from_secs(10),
+        async || current_polling_leases(&env.pool).await == 1,
+    )
+    .await;
+    producing.cancel();
+    let inserted = producer.await.unwrap();
+    // The last inserts did not notify: polling (or its last look) finds them, not the 30 s poll.
+    wait_for(
+        "every event inserted while the dispatcher polled to be done",
+        Duration::from_secs(5),
+        async || env.count("done").await == inserted,
+    )
+    .await;
+    wait_for(
+        "the dispatcher to withdraw its polling lease once events stopped",
+        Duration::from_secs(5),
+        async || current_polling_leases(&env.pool).await == 0,
+    )
+    .await;
+
+    let id = env
+        .publish_all(vec![NewEvent::new("mail.slow", json!({}))])
+        .await[0];
+    wait_for(
+        "a notification to wake the idle dispatcher again",
+        Duration::from_secs(5),
+        async || env.status(id).await.0 == "done",
+    )
+    .await;
+
+    let ids = env.event_ids("outbox.mail").await;
+    assert_eq!(
+        i64::try_from(ids.len()).unwrap(),
+        inserted + 1,
+        "one stream entry per event"
+    );
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        ids.len(),
+        "no event enqueued twice"
+    );
+    shutdown.cancel();
+    task.await.unwrap();
+    assert_eq!(
+        current_polling_leases(&env.pool).await,
+        0,
+        "a stopped dispatcher leaves no lease"
+    );
+    env.cleanup().await;
+}
