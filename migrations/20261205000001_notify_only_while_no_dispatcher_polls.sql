@@ -18,13 +18,15 @@ CREATE UNLOGGED TABLE outbox_dispatcher_polling (
     until     timestamptz NOT NULL
 );
 
--- The body names its table with the schema it lives in (resolved now, not through the inserting
--- session's search_path, which may not include it).
+-- The trigger runs in the producer's session, and a producer's role may be allowed nothing but
+-- INSERT on outbox_event: the function reads the lease table with its owner's rights (SECURITY
+-- DEFINER), and so resolves every name through a fixed search_path (pg_catalog, the schema it
+-- lives in, pg_temp last) and names its table with that schema, never through the caller's.
 DO $$
 BEGIN
     EXECUTE format($body$
         CREATE OR REPLACE FUNCTION %1$I.outbox_event_notify() RETURNS trigger
-        LANGUAGE plpgsql AS $fn$
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, %1$I, pg_temp AS $fn$
         BEGIN
             IF NOT EXISTS (SELECT 1 FROM %1$I.outbox_dispatcher_polling
                            WHERE until > pg_catalog.clock_timestamp()) THEN

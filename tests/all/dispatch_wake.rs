@@ -69,6 +69,57 @@ async fn producers_notify_only_while_no_dispatcher_polling_lease_is_current(pool
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn a_producer_role_allowed_only_to_insert_events_inserts_and_is_heard(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let role = format!("outbox_producer_{}", std::process::id());
+    for statement in [
+        format!("DROP ROLE IF EXISTS {role}"),
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT INSERT ON outbox_event TO {role}"),
+        format!("GRANT USAGE ON SEQUENCE outbox_event_id_seq TO {role}"),
+    ] {
+        sqlx::query(&statement).execute(&env.pool).await.unwrap();
+    }
+    let options: sqlx::postgres::PgConnectOptions = env.database_url().await.parse().unwrap();
+    let producer = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.username(&role).password(""))
+        .await
+        .unwrap();
+    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
+    listener
+        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
+        .await
+        .unwrap();
+    let insert = || {
+        sqlx::query("INSERT INTO outbox_event (event_type, payload) VALUES ('mail.least', '{}')")
+            .execute(&producer)
+    };
+
+    let first = insert().await;
+    let heard = notified_within(&mut listener, Duration::from_secs(5)).await;
+    store::announce_polling(&env.pool, "poller", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let second = insert().await;
+    let heard_while_polled = notified_within(&mut listener, Duration::from_millis(500)).await;
+    producer.close().await;
+    for statement in [
+        format!("REVOKE ALL ON outbox_event FROM {role}"),
+        format!("REVOKE ALL ON SEQUENCE outbox_event_id_seq FROM {role}"),
+        format!("DROP ROLE {role}"),
+    ] {
+        sqlx::query(&statement).execute(&env.pool).await.unwrap();
+    }
+
+    first.expect("a role with INSERT alone inserts an event (the trigger reads the leases itself)");
+    second.expect("and inserts while a dispatcher polls");
+    assert!(heard, "its insert notifies while nobody polls");
+    assert!(!heard_while_polled, "and does not while a dispatcher polls");
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn a_dispatcher_claiming_fast_polls_then_hands_waking_back_to_notifications(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
     // Only a notification or the dispatcher's own polling can be what finds an event in time.
