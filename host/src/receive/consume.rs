@@ -455,7 +455,9 @@ impl Receivers {
                 let me = self.clone();
                 let queue = queue.to_string();
                 let lanes = handling.lanes.clone();
-                handling.tasks.spawn(async move {
+                // Boxed: the task's future (the entry's whole life, several KB) is then moved
+                // as a pointer when spawned and when its output replaces it, not copied.
+                handling.tasks.spawn(Box::pin(async move {
                     match key {
                         Some(key) => {
                             me.handle_in_lane(&queue, &lanes, &key, (entry, guard), ahead)
@@ -467,7 +469,7 @@ impl Receivers {
                         }
                     }
                     drop(permit);
-                });
+                }));
             }
         }
     }
