@@ -90,6 +90,17 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
+/// The NATS server with JetStream of the broker tests (`OUTBOX_NATS_URL`, default the local one).
+pub fn nats_url() -> String {
+    std::env::var("OUTBOX_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+/// The RabbitMQ of the broker tests (`OUTBOX_RABBITMQ_URL`, default the local one as guest).
+pub fn rabbitmq_url() -> String {
+    std::env::var("OUTBOX_RABBITMQ_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
 /// The test Redis Cluster (`scripts/redis-cluster.sh`: 3 primaries with a replica each on
 /// loopback ports 7101-7106), started on first use unless it runs and is healthy; its
 /// `REDIS_URL`.
@@ -452,6 +463,16 @@ impl OutageProxy {
         Self::start(url_host_port(&redis_url(), 6379)).await
     }
 
+    /// Start a proxy to the local NATS server on a free port.
+    pub async fn nats() -> Self {
+        Self::start(url_host_port(&nats_url(), 4222)).await
+    }
+
+    /// Start a proxy to the local RabbitMQ on a free port.
+    pub async fn rabbitmq() -> Self {
+        Self::start(url_host_port(&rabbitmq_url(), 5672)).await
+    }
+
     /// Start a proxy to the local PostgreSQL on a free port.
     pub async fn postgres() -> Self {
         let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
@@ -476,7 +497,18 @@ impl OutageProxy {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// `url` (a PostgreSQL URL) pointed at the proxy instead.
+    /// `nats://127.0.0.1:PORT` of the proxy.
+    pub fn nats_url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// `url` (a RabbitMQ URL, `amqp://user:pass@host:port/vhost`) pointed at the proxy.
+    pub fn amqp_url(&self, url: &str) -> String {
+        self.postgres_url(url)
+    }
+
+    /// `url` (a PostgreSQL URL, or any `scheme://[user[:pass]@]host[:port][/path]`) pointed at
+    /// the proxy instead.
     pub fn postgres_url(&self, url: &str) -> String {
         let (scheme, rest) = url.split_once("://").unwrap();
         let (creds, rest) = match rest.rsplit_once('@') {

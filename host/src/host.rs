@@ -221,7 +221,16 @@ impl HostBuilder {
         };
         let sink = match self.sink.take() {
             Some(sink) => sink,
-            None => Arc::new(QueueSinks::connect(&settings, routes).await?),
+            None => {
+                let sinks = QueueSinks::connect(&settings, routes.clone()).await?;
+                sinks.check_routes(&routes.load()).await.map_err(|e| {
+                    crate::config::ConfigError::Invalid {
+                        path: config.shown_path(),
+                        message: e.to_string(),
+                    }
+                })?;
+                Arc::new(sinks)
+            }
         };
         let worker_id = self.worker_id.take().unwrap_or_else(default_worker_id);
         Ok(
@@ -313,11 +322,22 @@ impl HostBuilder {
             };
             let sink: Arc<dyn Sink> = match self.sink {
                 Some(sink) => sink,
-                None => Arc::new(
-                    dispatch::connect_sinks(&settings, routes, &shutdown)
+                None => {
+                    let sinks = dispatch::connect_sinks(&settings, routes, &shutdown)
                         .await
-                        .ok_or(HostError::ShutdownDuringStart)?,
-                ),
+                        .map_err(|message| {
+                            HostError::Config(crate::config::ConfigError::Invalid {
+                                path: config.shown_path(),
+                                message,
+                            })
+                        })?
+                        .ok_or(HostError::ShutdownDuringStart)?;
+                    // A reload is checked against the brokers too before it is applied.
+                    if let Some(live) = &live {
+                        live.check_destinations_with(Arc::new(sinks.clone()));
+                    }
+                    Arc::new(sinks)
+                }
             };
             let d = Dispatcher::new(
                 pool.clone(),

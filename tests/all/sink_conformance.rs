@@ -4,18 +4,23 @@
 //!
 //! Each check in [`checks`] is written once, for any [`SinkUnderTest`]; the [`conformance!`]
 //! list at the bottom runs every check against every sink: the Redis Streams sink, the BullMQ
-//! sink, and the per-queue sink the dispatcher uses (`QueueSinks`, here with the suite's queues
-//! split between streams and BullMQ). A later sink is one more line in that list, with its
-//! harness (how to connect it, which kind each queue is on) and, for a new queue system, how
-//! to read back what it wrote ([`Landed::read`]).
+//! sink, NATS JetStream and RabbitMQ (through the dispatcher's per-queue sink, every suite queue
+//! on that broker), and the per-queue sink with the suite's queues split over all four kinds.
+//! A later sink is one more line in that list, with its harness (how to connect it, which kind
+//! each queue is on) and, for a new queue system, how to read back what it wrote
+//! ([`Landed::read`], the brokers' in `brokers`, with their own clients).
 //!
 //! What every sink must do: write exactly the fields of the wire contract (spelled out here
 //! literally, not taken from the host's constants, so a renamed constant fails here); take a
 //! batch spanning queues (and pipelines) with one result per item in input order; hand off
-//! each (event, queue) once however often it is asked to (a re-claim after a crash); keep the
-//! events of one ordering key in hand-off order; answer a dead Redis with an infrastructure
-//! error per entry (never a refusal, never a lost event: once Redis is back the same hand-off
-//! lands, once); and carry payloads, headers and keys at their limits byte for byte.
+//! each (event, queue) once however often it is asked to (a re-claim after a crash; RabbitMQ,
+//! which keeps no message ids, delivers it again with the same `message_id`); keep the events
+//! of one ordering key in hand-off order; answer a dead queue system with an infrastructure
+//! error per entry (never a refusal, never a lost event: once it is back the same hand-off
+//! lands, once); and carry payloads, headers (a trace context among them) and keys at their
+//! limits byte for byte.
+
+mod brokers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -33,10 +38,12 @@ use redis::AsyncCommands;
 use serde_json::{json, Value};
 
 use outbox_tests::bullmq_app::remove_bullmq_prefix;
-use outbox_tests::{redis_url, OutageProxy};
+use outbox_tests::{nats_url, rabbitmq_url, redis_url, OutageProxy};
+
+use brokers::{expected_headers, message_id, BrokerWorld};
 
 /// The queues every check uses.
-const QUEUES: [&str; 3] = ["conf.a", "conf.b", "conf.c"];
+const QUEUES: [&str; 4] = ["conf.a", "conf.b", "conf.c", "conf.d"];
 
 /// How long an enqueue marker lives in the suite.
 const DEDUPE_TTL: Duration = Duration::from_secs(3600);
@@ -50,46 +57,104 @@ struct World {
     prefix: String,
     bull_prefix: String,
     redis: RedisConn,
+    /// The test's stream and exchange, when its sink uses the brokers.
+    brokers: Option<BrokerWorld>,
+}
+
+/// Where a sink under test reaches each queue system (a proxy's address for the one a check
+/// cuts off).
+struct Urls {
+    redis: String,
+    nats: String,
+    rabbitmq: String,
+}
+
+impl Urls {
+    fn direct() -> Self {
+        Self {
+            redis: redis_url(),
+            nats: nats_url(),
+            rabbitmq: rabbitmq_url(),
+        }
+    }
 }
 
 impl World {
-    async fn new() -> Self {
+    async fn new(sink: &impl SinkUnderTest) -> Self {
         let id = uuid::Uuid::new_v4().simple();
         let redis = RedisTarget::parse(&redis_url())
             .unwrap()
             .shared()
             .await
             .expect("Redis at REDIS_URL must be running for the tests");
+        let uses_brokers = QUEUES
+            .iter()
+            .any(|q| matches!(sink.kind_of(q), SinkKind::Nats | SinkKind::Rabbitmq));
+        let brokers = match uses_brokers {
+            true => Some(BrokerWorld::new(&id.to_string(), &QUEUES).await),
+            false => None,
+        };
         Self {
             prefix: format!("test:{id}:"),
             bull_prefix: format!("bullconf-{id}"),
             redis,
+            brokers,
         }
+    }
+
+    fn brokers(&self) -> &BrokerWorld {
+        self.brokers.as_ref().expect("a broker sink's world")
     }
 
     /// The routes putting each suite queue on the sink kind `sink` says.
     fn routes(&self, sink: &impl SinkUnderTest) -> RoutesFile {
         let mut text = String::from("[policy]\nplugin = \"deny-all\"\n");
         for queue in QUEUES {
-            if sink.kind_of(queue) == SinkKind::Bullmq {
-                text.push_str(&format!(
-                    "\n[queues.\"{queue}\"]\nsink = \"bullmq\"\nbullmq = {{ prefix = \"{}\" }}\n",
-                    self.bull_prefix
-                ));
-            }
+            let table = match sink.kind_of(queue) {
+                SinkKind::Streams => continue,
+                SinkKind::Bullmq => format!("bullmq = {{ prefix = \"{}\" }}", self.bull_prefix),
+                SinkKind::Nats => format!(
+                    "nats = {{ stream = \"{}\", subject = \"{}\" }}",
+                    self.brokers().stream,
+                    self.brokers().subject(queue)
+                ),
+                SinkKind::Rabbitmq => {
+                    format!(
+                        "rabbitmq = {{ exchange = \"{}\" }}",
+                        self.brokers().exchange
+                    )
+                }
+            };
+            text.push_str(&format!(
+                "\n[queues.\"{queue}\"]\nsink = \"{}\"\n{table}\n",
+                sink.kind_of(queue)
+            ));
         }
         RoutesFile::parse(&text, Path::new("<sink conformance routes>")).unwrap()
     }
 
-    /// Settings for a host on the Redis `redis_url` names, under this world's prefix.
-    fn settings(&self, redis_url: &str) -> Settings {
+    /// Settings for a host on the queue systems `urls` names, under this world's prefix.
+    fn settings(&self, urls: &Urls) -> Settings {
         Settings {
-            redis_url: redis_url.to_string(),
+            redis_url: urls.redis.clone(),
             redis_prefix: self.prefix.clone(),
+            nats_url: Some(urls.nats.clone()),
+            rabbitmq_url: Some(urls.rabbitmq.clone()),
             dedupe_ttl: DEDUPE_TTL,
             dispatch_concurrency: CONCURRENCY,
             ..Settings::default()
         }
+    }
+
+    /// The per-queue sink the dispatcher uses, each queue on `sink`'s kind, its destinations
+    /// checked as at a host's start.
+    async fn queue_sinks(&self, sink: &impl SinkUnderTest, urls: &Urls) -> Arc<dyn Sink> {
+        let routes = Arc::new(ArcSwap::from_pointee(self.routes(sink)));
+        let sinks = QueueSinks::connect(&self.settings(urls), routes.clone())
+            .await
+            .unwrap();
+        sinks.check_routes(&routes.load()).await.unwrap();
+        Arc::new(sinks)
     }
 
     fn keys(&self) -> QueueKeys {
@@ -106,6 +171,9 @@ impl World {
             }
         }
         remove_bullmq_prefix(&mut conn, &self.bull_prefix).await;
+        if let Some(brokers) = &self.brokers {
+            brokers.cleanup(&QUEUES).await;
+        }
     }
 }
 
@@ -114,8 +182,28 @@ trait SinkUnderTest: Sync {
     /// The kind of queue system each suite queue is on with this sink.
     fn kind_of(&self, queue: &str) -> SinkKind;
 
-    /// The sink, on the Redis `redis_url` names, writing under `world`'s prefixes.
-    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink>;
+    /// The sink, on the queue systems `urls` names, writing under `world`'s prefixes.
+    async fn connect(&self, world: &World, urls: &Urls) -> Arc<dyn Sink>;
+
+    /// The queue system the dead-system check cuts off.
+    fn outage(&self) -> Service {
+        Service::Redis
+    }
+}
+
+/// The service a queue of `kind` is on.
+fn service_of(kind: SinkKind) -> Service {
+    match kind {
+        SinkKind::Streams | SinkKind::Bullmq => Service::Redis,
+        SinkKind::Nats => Service::Nats,
+        SinkKind::Rabbitmq => Service::Rabbitmq,
+    }
+}
+
+/// True when the queue system drops a repeated hand-off (all but RabbitMQ, which delivers it
+/// again with the same message id).
+fn dedupes(kind: SinkKind) -> bool {
+    kind != SinkKind::Rabbitmq
 }
 
 /// The Redis Streams sink alone.
@@ -126,9 +214,9 @@ impl SinkUnderTest for Streams {
         SinkKind::Streams
     }
 
-    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink> {
+    async fn connect(&self, world: &World, urls: &Urls) -> Arc<dyn Sink> {
         Arc::new(
-            RedisSink::connect(redis_url, &world.prefix, DEDUPE_TTL, CONCURRENCY)
+            RedisSink::connect(&urls.redis, &world.prefix, DEDUPE_TTL, CONCURRENCY)
                 .await
                 .unwrap(),
         )
@@ -143,7 +231,8 @@ impl SinkUnderTest for Bullmq {
         SinkKind::Bullmq
     }
 
-    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink> {
+    async fn connect(&self, world: &World, urls: &Urls) -> Arc<dyn Sink> {
+        let redis_url = urls.redis.as_str();
         let conn = RedisTarget::with_key_prefix(redis_url, &world.prefix)
             .unwrap()
             .shared()
@@ -164,26 +253,36 @@ impl SinkUnderTest for Bullmq {
     }
 }
 
-/// The per-queue sink the dispatcher uses, `conf.b` on BullMQ and the others on streams, so
-/// every batch of several queues spans both.
+/// A broker's sink (through the per-queue sink the dispatcher uses), every suite queue on it.
+struct OnBroker(SinkKind);
+
+impl SinkUnderTest for OnBroker {
+    fn kind_of(&self, _queue: &str) -> SinkKind {
+        self.0
+    }
+
+    async fn connect(&self, world: &World, urls: &Urls) -> Arc<dyn Sink> {
+        world.queue_sinks(self, urls).await
+    }
+
+    fn outage(&self) -> Service {
+        service_of(self.0)
+    }
+}
+
+/// The per-queue sink the dispatcher uses with one suite queue on each kind (`conf.a` streams,
+/// `conf.b` BullMQ, `conf.c` NATS, `conf.d` RabbitMQ), so every batch of several queues spans
+/// them all.
 struct PerQueue;
 
 impl SinkUnderTest for PerQueue {
     fn kind_of(&self, queue: &str) -> SinkKind {
-        if queue == QUEUES[1] {
-            SinkKind::Bullmq
-        } else {
-            SinkKind::Streams
-        }
+        let at = QUEUES.iter().position(|q| *q == queue).unwrap_or(0);
+        SinkKind::ALL[at % SinkKind::ALL.len()]
     }
 
-    async fn connect(&self, world: &World, redis_url: &str) -> Arc<dyn Sink> {
-        let routes = Arc::new(ArcSwap::from_pointee(world.routes(self)));
-        Arc::new(
-            QueueSinks::connect(&world.settings(redis_url), routes)
-                .await
-                .unwrap(),
-        )
+    async fn connect(&self, world: &World, urls: &Urls) -> Arc<dyn Sink> {
+        world.queue_sinks(self, urls).await
     }
 }
 
@@ -259,11 +358,31 @@ impl Landed {
                 }
                 landed
             }
+            SinkKind::Nats | SinkKind::Rabbitmq => {
+                let messages = match kind {
+                    SinkKind::Nats => world.brokers().read_nats(queue).await,
+                    _ => world.brokers().read_rabbitmq(queue).await,
+                };
+                messages
+                    .into_iter()
+                    .map(|(id, fields)| Landed {
+                        event_id: fields["Outbox-Event-Id"].as_str().unwrap().parse().unwrap(),
+                        id,
+                        fields,
+                    })
+                    .collect()
+            }
         }
     }
 
-    /// What a sink of `kind` must write for `event`: the wire contract, spelled out.
-    fn expected(kind: SinkKind, event: &ClaimedEvent) -> BTreeMap<String, Value> {
+    /// What a sink of `kind` must write for `event` on `queue` under `prefix`: the wire
+    /// contract, spelled out.
+    fn expected(
+        kind: SinkKind,
+        event: &ClaimedEvent,
+        queue: &str,
+        prefix: &str,
+    ) -> BTreeMap<String, Value> {
         let created_at = event
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
@@ -322,6 +441,22 @@ impl Landed {
                 ("delay".into(), text("0")),
                 ("priority".into(), text("0")),
             ]),
+            SinkKind::Nats => {
+                let mut fields = expected_headers(event, queue);
+                fields.insert(
+                    "Nats-Msg-Id".into(),
+                    text(&message_id(prefix, queue, event.id)),
+                );
+                fields
+            }
+            SinkKind::Rabbitmq => {
+                let mut fields = expected_headers(event, queue);
+                fields.insert("<content-type>".into(), text("application/json"));
+                fields.insert("<type>".into(), text(&event.event_type));
+                fields.insert("<app-id>".into(), text("outbox"));
+                fields.insert("<delivery-mode>".into(), json!(2));
+                fields
+            }
         }
     }
 }
@@ -369,7 +504,18 @@ async fn assert_holds_exactly(
     items: &[Enqueue<'_>],
     ids: &[String],
 ) {
-    for queue in QUEUES {
+    assert_holds_exactly_in(world, sink, items, ids, &QUEUES).await;
+}
+
+/// [`assert_holds_exactly`] for the queues `queues` only.
+async fn assert_holds_exactly_in(
+    world: &World,
+    sink: &impl SinkUnderTest,
+    items: &[Enqueue<'_>],
+    ids: &[String],
+    queues: &[&str],
+) {
+    for &queue in queues {
         let kind = sink.kind_of(queue);
         let landed = Landed::read(world, kind, queue).await;
         let mut want: Vec<(i64, &str, &ClaimedEvent)> = items
@@ -390,7 +536,7 @@ async fn assert_holds_exactly(
             assert_eq!(landed.id, id, "{queue}: the id the result gave");
             assert_eq!(
                 landed.fields,
-                Landed::expected(kind, event),
+                Landed::expected(kind, event, queue, &world.prefix),
                 "{queue} ({kind:?}): the fields of event {}",
                 event.id
             );
@@ -404,8 +550,8 @@ mod checks {
 
     /// Enqueue, then read back: every field of the wire contract, exactly.
     pub async fn enqueue_then_read_back_with_the_exact_fields(sink: &impl SinkUnderTest) {
-        let world = World::new().await;
-        let under_test = sink.connect(&world, &redis_url()).await;
+        let world = World::new(sink).await;
+        let under_test = sink.connect(&world, &Urls::direct()).await;
         let mut unicode = ClaimedEvent::unclaimed(
             3,
             "note.added",
@@ -427,8 +573,8 @@ mod checks {
     /// One batch spanning every queue and several pipelines: one result per item in input
     /// order, each queue holding exactly its events.
     pub async fn a_batch_of_mixed_queues(sink: &impl SinkUnderTest) {
-        let world = World::new().await;
-        let under_test = sink.connect(&world, &redis_url()).await;
+        let world = World::new(sink).await;
+        let under_test = sink.connect(&world, &Urls::direct()).await;
         let events: Vec<ClaimedEvent> = (1..=150)
             .map(|id| ClaimedEvent::unclaimed(id, "mixed.event", format!(r#"{{"n": {id}}}"#)))
             .collect();
@@ -451,8 +597,8 @@ mod checks {
     /// Handing the same (event, queue) off again (a re-claim after a crash, with its attempt
     /// counted up) adds nothing and answers with the first hand-off's id.
     pub async fn re_enqueue_of_the_same_event_adds_no_second_entry(sink: &impl SinkUnderTest) {
-        let world = World::new().await;
-        let under_test = sink.connect(&world, &redis_url()).await;
+        let world = World::new(sink).await;
+        let under_test = sink.connect(&world, &Urls::direct()).await;
         let events: Vec<ClaimedEvent> = (1..=10).map(full_event).collect();
         let items = fan_out(&events, |_| QUEUES.to_vec());
         let first = all_added(under_test.name(), &under_test.enqueue_all(&items).await);
@@ -464,23 +610,23 @@ mod checks {
         again.push(full_event(11));
         let again_items = fan_out(&again, |_| QUEUES.to_vec());
         let results = under_test.enqueue_all(&again_items).await;
+        let repeat_of = |kind: SinkKind, id: &str| match dedupes(kind) {
+            true => EnqueueResult::AlreadyEnqueued(id.to_string()),
+            // Delivered again, under the same message id.
+            false => EnqueueResult::Added(id.to_string()),
+        };
         for (i, result) in results.iter().enumerate() {
+            let kind = sink.kind_of(again_items[i].queue);
             if i < first.len() {
-                assert_eq!(
-                    result,
-                    &EnqueueResult::AlreadyEnqueued(first[i].clone()),
-                    "item {i}"
-                );
+                assert_eq!(result, &repeat_of(kind, &first[i]), "item {i} ({kind})");
             } else {
                 assert!(matches!(result, EnqueueResult::Added(_)), "{result:?}");
             }
         }
         // And a third time, in a batch of its own.
-        for result in under_test.enqueue_all(&items).await {
-            assert!(
-                matches!(result, EnqueueResult::AlreadyEnqueued(_)),
-                "{result:?}"
-            );
+        for (i, result) in under_test.enqueue_all(&items).await.iter().enumerate() {
+            let kind = sink.kind_of(items[i].queue);
+            assert_eq!(result, &repeat_of(kind, &first[i]), "item {i} ({kind})");
         }
         let mut all_items = items.clone();
         all_items.extend(again_items[first.len()..].iter().cloned());
@@ -492,15 +638,32 @@ mod checks {
                 .map(|r| r.stream_id().unwrap().to_string()),
         );
         // The entries keep what the first hand-off wrote (attempt 2, not 3).
-        assert_holds_exactly(&world, sink, &all_items, &ids).await;
+        let deduping: Vec<&str> = QUEUES
+            .into_iter()
+            .filter(|q| dedupes(sink.kind_of(q)))
+            .collect();
+        assert_holds_exactly_in(&world, sink, &all_items, &ids, &deduping).await;
+        // RabbitMQ delivers every hand-off: events 1-10 three times, 11 once, every copy under
+        // the message id of its (event, queue).
+        for queue in QUEUES.into_iter().filter(|q| !dedupes(sink.kind_of(q))) {
+            let mut copies: BTreeMap<i64, usize> = BTreeMap::new();
+            for landed in Landed::read(&world, sink.kind_of(queue), queue).await {
+                assert_eq!(landed.id, message_id(&world.prefix, queue, landed.event_id));
+                *copies.entry(landed.event_id).or_default() += 1;
+            }
+            let wanted: BTreeMap<i64, usize> = (1..=11)
+                .map(|id| (id, if id <= 10 { 3 } else { 1 }))
+                .collect();
+            assert_eq!(copies, wanted, "{queue}: at least once, same message id");
+        }
         world.cleanup().await;
     }
 
     /// The events of one ordering key, handed off as the claim hands them (at most one per key
     /// per batch, batch after batch), reach each queue in that order, with their key.
     pub async fn ordering_within_an_ordering_key(sink: &impl SinkUnderTest) {
-        let world = World::new().await;
-        let under_test = sink.connect(&world, &redis_url()).await;
+        let world = World::new(sink).await;
+        let under_test = sink.connect(&world, &Urls::direct()).await;
         let keys = ["acct-1", "acct-2", "acct-3"];
         let mut next_id = 1;
         for _round in 0..12 {
@@ -525,6 +688,7 @@ mod checks {
                     .iter()
                     .filter(|l| {
                         l.fields.get("ordering_key") == Some(&json!(key))
+                            || l.fields.get("Outbox-Ordering-Key") == Some(&json!(key))
                             || l.fields.get("data").map(|d| &d["orderingKey"]) == Some(&json!(key))
                     })
                     .map(|l| l.event_id)
@@ -539,16 +703,54 @@ mod checks {
         world.cleanup().await;
     }
 
-    /// With Redis gone, every hand-off is an infrastructure error (a blip of Redis, never a
-    /// refusal), the sink's ping fails, and once Redis is back the same hand-off lands, once.
-    pub async fn a_dead_redis_is_an_infrastructure_error_and_loses_no_event(
+    /// With its queue system gone (Redis, NATS or RabbitMQ, cut off by a proxy), every hand-off
+    /// to it is an infrastructure error (a blip of that service, never a refusal) while the
+    /// others land, the sink's ping fails, and once it is back the same hand-off lands, once.
+    pub async fn a_dead_queue_system_is_an_infrastructure_error_and_loses_no_event(
         sink: &impl SinkUnderTest,
     ) {
-        let world = World::new().await;
-        let proxy = OutageProxy::redis().await;
-        let under_test = sink.connect(&world, &proxy.redis_url()).await;
+        let world = World::new(sink).await;
+        let service = sink.outage();
+        let (proxy, urls) = match service {
+            Service::Nats => {
+                let proxy = OutageProxy::nats().await;
+                let nats = proxy.nats_url();
+                (
+                    proxy,
+                    Urls {
+                        nats,
+                        ..Urls::direct()
+                    },
+                )
+            }
+            Service::Rabbitmq => {
+                let proxy = OutageProxy::rabbitmq().await;
+                let rabbitmq = proxy.amqp_url(&rabbitmq_url());
+                (
+                    proxy,
+                    Urls {
+                        rabbitmq,
+                        ..Urls::direct()
+                    },
+                )
+            }
+            _ => {
+                let proxy = OutageProxy::redis().await;
+                let redis = proxy.redis_url();
+                (
+                    proxy,
+                    Urls {
+                        redis,
+                        ..Urls::direct()
+                    },
+                )
+            }
+        };
+        let under_test = sink.connect(&world, &urls).await;
+        let cut_off = |queue: &str| service_of(sink.kind_of(queue)) == service;
         let warm: Vec<ClaimedEvent> = vec![full_event(1)];
         let warm_items = fan_out(&warm, |_| QUEUES.to_vec());
+        let mut all_items = warm_items.clone();
         let mut ids = all_added(
             under_test.name(),
             &under_test.enqueue_all(&warm_items).await,
@@ -557,35 +759,43 @@ mod checks {
         proxy.cut();
         let events: Vec<ClaimedEvent> = (2..=6).map(full_event).collect();
         let items = fan_out(&events, |_| QUEUES.to_vec());
-        for result in under_test.enqueue_all(&items).await {
+        let mut blipped = Vec::new();
+        for (item, result) in items.iter().zip(under_test.enqueue_all(&items).await) {
+            if !cut_off(item.queue) {
+                assert!(matches!(result, EnqueueResult::Added(_)), "{result:?}");
+                all_items.push(item.clone());
+                ids.push(result.stream_id().unwrap().to_string());
+                continue;
+            }
             let blip = result
                 .blip()
                 .unwrap_or_else(|| panic!("a blip, got {result:?}"));
-            assert_eq!(blip.service, Service::Redis, "{result:?}");
+            assert_eq!(blip.service, service, "{result:?}");
             assert!(result.error().is_some_and(|e| !e.is_empty()));
+            blipped.push(item.clone());
         }
+        assert!(!blipped.is_empty());
         assert!(
             under_test.ping().await.is_err(),
-            "ping fails while Redis is gone"
+            "ping fails while {service:?} is gone"
         );
 
         proxy.restore().await;
-        // The dispatcher hands the released events off again until Redis answers.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // The dispatcher hands the released events off again until the system answers.
+        let deadline = Instant::now() + Duration::from_secs(40);
         let results = loop {
-            let results = under_test.enqueue_all(&items).await;
+            let results = under_test.enqueue_all(&blipped).await;
             if results.iter().all(|r| r.blip().is_none()) {
                 break results;
             }
-            assert!(Instant::now() < deadline, "Redis back: {results:?}");
+            assert!(Instant::now() < deadline, "{service:?} back: {results:?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         for result in &results {
             assert!(result.stream_id().is_some(), "{result:?}");
         }
         under_test.ping().await.unwrap();
-        let mut all_items = warm_items.clone();
-        all_items.extend(items.iter().cloned());
+        all_items.extend(blipped.iter().cloned());
         ids.extend(results.iter().map(|r| r.stream_id().unwrap().to_string()));
         assert_holds_exactly(&world, sink, &all_items, &ids).await;
         world.cleanup().await;
@@ -594,14 +804,19 @@ mod checks {
     /// A payload of exactly `OUTBOX_MAX_PAYLOAD_BYTES` (the default), large headers, and
     /// dispatch and ordering keys at their limit land byte for byte.
     pub async fn big_payloads_at_the_limit(sink: &impl SinkUnderTest) {
-        let world = World::new().await;
-        let under_test = sink.connect(&world, &redis_url()).await;
+        let world = World::new(sink).await;
+        let under_test = sink.connect(&world, &Urls::direct()).await;
         let key = "k".repeat(outbox_host::publish::MAX_KEY_BYTES - 4);
+        // JetStream takes at most 64 KiB of headers per message, the event's headers object
+        // among them: with a NATS queue the object stays below that (and one above it is
+        // refused, below).
+        let on_nats = QUEUES.iter().any(|q| sink.kind_of(q) == SinkKind::Nats);
+        let headers_len = if on_nats { 48 * 1024 } else { 64 * 1024 };
         let events: Vec<ClaimedEvent> = (1..=4)
             .map(|id| {
                 let mut e = full_event(id);
                 e.payload = json_text_of_len(DEFAULT_MAX_PAYLOAD_BYTES, id);
-                e.headers = json_text_of_len(64 * 1024, id + 100);
+                e.headers = json_text_of_len(headers_len, id + 100);
                 e.dispatch_key = Some(format!("{key}{id:04}"));
                 e.ordering_key = Some(format!("{key}{id:04}"));
                 e
@@ -617,6 +832,21 @@ mod checks {
         let items = fan_out(&events, |_| QUEUES.to_vec());
         let ids = all_added(under_test.name(), &under_test.enqueue_all(&items).await);
         assert_holds_exactly(&world, sink, &items, &ids).await;
+        if on_nats {
+            let mut too_big = full_event(9);
+            too_big.headers = json_text_of_len(64 * 1024, 9);
+            let events = [too_big];
+            let items = fan_out(&events, |_| QUEUES.to_vec());
+            let results = under_test.enqueue_all(&items).await;
+            for (item, result) in items.iter().zip(&results) {
+                if sink.kind_of(item.queue) == SinkKind::Nats {
+                    let EnqueueResult::Failed(error) = result else {
+                        panic!("refused, not {result:?}");
+                    };
+                    assert!(error.contains("64 KiB of headers"), "{error}");
+                }
+            }
+        }
         world.cleanup().await;
     }
 
@@ -660,8 +890,9 @@ macro_rules! conformance {
             }
 
             #[tokio::test]
-            async fn a_dead_redis_is_an_infrastructure_error_and_loses_no_event() {
-                checks::a_dead_redis_is_an_infrastructure_error_and_loses_no_event(&$sink).await;
+            async fn a_dead_queue_system_is_an_infrastructure_error_and_loses_no_event() {
+                checks::a_dead_queue_system_is_an_infrastructure_error_and_loses_no_event(&$sink)
+                    .await;
             }
 
             #[tokio::test]
@@ -675,5 +906,7 @@ macro_rules! conformance {
 conformance! {
     streams => Streams,
     bullmq => Bullmq,
+    nats => OnBroker(SinkKind::Nats),
+    rabbitmq => OnBroker(SinkKind::Rabbitmq),
     per_queue => PerQueue,
 }

@@ -2,7 +2,7 @@
 //!
 //! Owns parsing and validation of the operator's config file: [`RoutesFile`] and its sections
 //! (`routes.rs`), the plugin tables (`plugins.rs`), the queue tables (`queues.rs`,
-//! `bullmq.rs`); the runtime settings and their env vars (DESIGN.md) are declared once, in one
+//! `bullmq.rs`, `brokers.rs`); the runtime settings and their env vars (DESIGN.md) are declared once, in one
 //! table in `config/settings.rs` that generates [`Settings`] (environment wins over `[settings]`
 //! in the file, which wins over the defaults; how each kind of value is read is in
 //! `setting_kinds.rs`). The naming rules a file's names meet live in [`crate::naming`], which is
@@ -12,6 +12,7 @@
 //! or Redis in force ([`Config::check`]) live where those are assembled, in
 //! [`crate::live_config`].
 
+mod brokers;
 mod bullmq;
 mod plugins;
 mod queues;
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 pub use crate::naming::{
     validate_plugin_name, validate_prefix, validate_queue_name, MAX_QUEUE_NAME_BYTES,
 };
+pub use brokers::{NatsOptions, RabbitmqOptions, MAX_BROKER_NAME_BYTES};
 pub use bullmq::{
     BackoffKind, BullmqBackoff, BullmqOptions, JobData, KeepJobs, DEFAULT_BULLMQ_JOB_ID,
     DEFAULT_BULLMQ_PREFIX,

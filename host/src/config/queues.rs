@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::BullmqOptions;
+use super::{BullmqOptions, NatsOptions, RabbitmqOptions};
 
 /// Where a queue's events are handed off.
 #[derive(
@@ -23,6 +23,12 @@ pub enum SinkKind {
     /// BullMQ's own Redis format (a job hash, the wait list, the events stream...), processed by
     /// unmodified `bullmq` workers on Node.js.
     Bullmq,
+    /// A NATS JetStream stream (`[queues."NAME".nats]`, on `OUTBOX_NATS_URL`), read by the
+    /// stream's own consumers.
+    Nats,
+    /// A RabbitMQ exchange (`[queues."NAME".rabbitmq]`, on `OUTBOX_RABBITMQ_URL`), read by
+    /// whatever consumes the queues bound to it.
+    Rabbitmq,
 }
 
 impl SinkKind {
@@ -31,8 +37,24 @@ impl SinkKind {
         match self {
             SinkKind::Streams => "streams",
             SinkKind::Bullmq => "bullmq",
+            SinkKind::Nats => "nats",
+            SinkKind::Rabbitmq => "rabbitmq",
         }
     }
+
+    /// True for the one kind the host's own receivers read (`streams`); every other kind is
+    /// read by the queue system's own consumers.
+    pub fn host_receives(self) -> bool {
+        self == SinkKind::Streams
+    }
+
+    /// Every kind, in the order `outbox stats` and the bench list them.
+    pub const ALL: [SinkKind; 4] = [
+        SinkKind::Streams,
+        SinkKind::Bullmq,
+        SinkKind::Nats,
+        SinkKind::Rabbitmq,
+    ];
 }
 
 impl std::fmt::Display for SinkKind {
@@ -52,15 +74,25 @@ pub struct QueueSpec {
     /// Streams queues only (BullMQ workers do not keep an order per key).
     #[serde(default)]
     pub ordered: bool,
-    /// Which sink the queue's events go to (`streams`, the default, or `bullmq`).
+    /// Which sink the queue's events go to (`streams`, the default, `bullmq`, `nats` or
+    /// `rabbitmq`).
     #[serde(default)]
     pub sink: SinkKind,
     /// `[queues."NAME".bullmq]`: how jobs are added, for `sink = "bullmq"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bullmq: Option<BullmqOptions>,
-    /// On a `bullmq` queue that `[handlers]` also binds: the binding is meant (its receiver
-    /// drains the entries left in the queue's stream from before the switch to BullMQ). Without
-    /// it such a binding is refused: new events would never reach that handler.
+    /// `[queues."NAME".nats]`: the JetStream stream and subject, for `sink = "nats"`
+    /// (required there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<NatsOptions>,
+    /// `[queues."NAME".rabbitmq]`: the exchange and routing key, for `sink = "rabbitmq"`
+    /// (required there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rabbitmq: Option<RabbitmqOptions>,
+    /// On a queue of another sink than `streams` that `[handlers]` also binds: the binding is
+    /// meant (its receiver drains the entries left in the queue's stream from before the
+    /// switch). Without it such a binding is refused: new events would never reach that
+    /// handler.
     #[serde(default)]
     pub keep_stream_handler: bool,
     /// Streams queues: keep about this many entries (`XADD` then `XTRIM MAXLEN ~`), dropping the
@@ -149,14 +181,22 @@ impl QueueSpec {
 
     /// Check this queue's table; `handler` is the plugin `[handlers]` binds to it, if any.
     /// The message names the offending option.
-    pub fn check(&self, handler: Option<&str>) -> Result<(), String> {
-        if let Some(max_len) = self.max_len {
-            if self.sink == SinkKind::Bullmq {
-                return Err(
-                    "max_len applies to streams queues; a BullMQ queue keeps what its removeOnComplete and removeOnFail say"
-                        .into(),
-                );
+    pub fn check(&self, handler: Option<&str>, queue: &str) -> Result<(), String> {
+        let sink = self.sink;
+        let receivers_only = |option: &str, otherwise: &str| -> Result<(), String> {
+            if sink.host_receives() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{option} applies to streams queues (the host's receivers); {otherwise}"
+                ))
             }
+        };
+        if let Some(max_len) = self.max_len {
+            receivers_only(
+                "max_len",
+                "a queue on another sink keeps what its queue system is told to keep",
+            )?;
             if !(MIN_MAX_LEN..=MAX_MAX_LEN).contains(&max_len) {
                 return Err(format!(
                     "max_len = {max_len} is out of range: {MIN_MAX_LEN} to {MAX_MAX_LEN} entries"
@@ -164,12 +204,7 @@ impl QueueSpec {
             }
         }
         if let Some(n) = self.concurrency {
-            if self.sink == SinkKind::Bullmq {
-                return Err(
-                    "concurrency applies to streams queues (the host's receivers); BullMQ workers set their own"
-                        .into(),
-                );
-            }
+            receivers_only("concurrency", "its own consumers set theirs")?;
             if !(1..=MAX_QUEUE_CONCURRENCY).contains(&n) {
                 return Err(format!(
                     "concurrency = {n} is out of range: 1 to {MAX_QUEUE_CONCURRENCY}"
@@ -177,54 +212,67 @@ impl QueueSpec {
             }
         }
         if let Some(limit) = &self.rate_limit {
-            if self.sink == SinkKind::Bullmq {
+            receivers_only(
+                "rate_limit",
+                "its own consumers take a limiter of their own",
+            )?;
+            limit.check()?;
+        }
+        if self.ordered {
+            receivers_only(
+                "ordered = true",
+                "the dispatcher hands off one event of an ordering key at a time either way, and the queue system's consumers keep their own order",
+            )?;
+        }
+        for (table, present, kind) in [
+            ("bullmq", self.bullmq.is_some(), SinkKind::Bullmq),
+            ("nats", self.nats.is_some(), SinkKind::Nats),
+            ("rabbitmq", self.rabbitmq.is_some(), SinkKind::Rabbitmq),
+        ] {
+            if present && sink != kind {
+                return Err(format!(
+                    "has a [{table}] table but sink is \"{sink}\" (set sink = \"{table}\", or remove the table)"
+                ));
+            }
+        }
+        match (sink.host_receives(), handler, self.keep_stream_handler) {
+            (true, _, true) => {
                 return Err(
-                    "rate_limit applies to streams queues (the host's receivers); BullMQ workers take a limiter of their own"
+                    "keep_stream_handler only applies to a queue on another sink than streams (a streams queue's handler always runs)"
                         .into(),
                 );
             }
-            limit.check()?;
-        }
-        match self.sink {
-            SinkKind::Streams => {
-                if self.bullmq.is_some() {
-                    return Err(
-                        "has a [bullmq] table but sink is \"streams\" (set sink = \"bullmq\", or remove the table)"
-                            .into(),
-                    );
-                }
-                if self.keep_stream_handler {
-                    return Err(
-                        "keep_stream_handler only applies to sink = \"bullmq\" (a streams queue's handler always runs)"
-                            .into(),
-                    );
-                }
+            (false, Some(plugin), false) => {
+                return Err(format!(
+                    "sink = \"{sink}\" hands its events to the queue system's own consumers, but [handlers] binds it to '{plugin}', whose receiver reads the queue's stream and would never see a new event. Remove the binding (route the type to a second queue to run both), or set keep_stream_handler = true while the stream left from before the switch drains"
+                ));
             }
-            SinkKind::Bullmq => {
-                if self.ordered {
-                    return Err(
-                        "ordered = true needs sink = \"streams\": BullMQ workers run a queue's jobs concurrently, with no order per key"
-                            .into(),
-                    );
-                }
-                match (handler, self.keep_stream_handler) {
-                    (Some(plugin), false) => {
-                        return Err(format!(
-                            "sink = \"bullmq\" hands its events to BullMQ workers, but [handlers] binds it to '{plugin}', whose receiver reads the queue's stream and would never see a new event. Remove the binding (route the type to a second queue to run both), or set keep_stream_handler = true while the stream left from before the switch drains"
-                        ));
-                    }
-                    (None, true) => {
-                        return Err(
-                            "keep_stream_handler = true, but [handlers] binds no handler to this queue"
-                                .into(),
-                        );
-                    }
-                    _ => {}
-                }
-                self.bullmq_options().check()?;
+            (false, None, true) => {
+                return Err(
+                    "keep_stream_handler = true, but [handlers] binds no handler to this queue"
+                        .into(),
+                );
             }
+            _ => {}
         }
-        Ok(())
+        match sink {
+            SinkKind::Streams => Ok(()),
+            SinkKind::Bullmq => self.bullmq_options().check(),
+            SinkKind::Nats => match &self.nats {
+                Some(options) => options.check(queue),
+                None => Err(
+                    "sink = \"nats\" needs a [nats] table naming its JetStream stream: nats = { stream = \"ORDERS\" }"
+                        .into(),
+                ),
+            },
+            SinkKind::Rabbitmq => match &self.rabbitmq {
+                Some(options) => options.check(queue),
+                None => Err(
+                    "sink = \"rabbitmq\" needs a [rabbitmq] table naming its exchange: rabbitmq = { exchange = \"outbox\" }"
+                        .into(),
+                ),
+            },
+        }
     }
 }
 
@@ -234,7 +282,7 @@ pub(crate) fn check_queue_specs(
     handlers: &BTreeMap<String, String>,
 ) -> Result<(), String> {
     for (queue, spec) in queues {
-        spec.check(handlers.get(queue).map(String::as_str))
+        spec.check(handlers.get(queue).map(String::as_str), queue)
             .map_err(|m| format!("[queues.\"{queue}\"] {m}"))?;
     }
     Ok(())
@@ -264,9 +312,9 @@ mod tests {
             ..QueueSpec::default()
         };
         let limit = |max, duration_ms| Some(RateLimit { max, duration_ms });
-        assert!(streams(Some(1), limit(1, 100)).check(None).is_ok());
+        assert!(streams(Some(1), limit(1, 100)).check(None, "q").is_ok());
         assert!(streams(Some(1024), limit(1_000_000, 86_400_000))
-            .check(None)
+            .check(None, "q")
             .is_ok());
         for (spec, wanted) in [
             (streams(Some(0), None), "concurrency = 0 is out of range"),
@@ -295,7 +343,7 @@ mod tests {
                 "rate_limit applies to streams queues",
             ),
         ] {
-            let err = spec.check(None).unwrap_err();
+            let err = spec.check(None, "q").unwrap_err();
             assert!(err.contains(wanted), "{err}");
         }
     }
@@ -303,15 +351,18 @@ mod tests {
     #[test]
     fn a_handler_binding_on_a_bullmq_queue_is_refused_unless_stated() {
         let spec = bullmq(BullmqOptions::default());
-        let e = spec.check(Some("workflow-trigger")).unwrap_err();
+        let e = spec.check(Some("workflow-trigger"), "q").unwrap_err();
         assert!(e.contains("keep_stream_handler"), "{e}");
         let stated = QueueSpec {
             keep_stream_handler: true,
             ..spec.clone()
         };
-        stated.check(Some("workflow-trigger")).unwrap();
-        assert!(stated.check(None).unwrap_err().contains("binds no handler"));
-        spec.check(None).unwrap();
+        stated.check(Some("workflow-trigger"), "q").unwrap();
+        assert!(stated
+            .check(None, "q")
+            .unwrap_err()
+            .contains("binds no handler"));
+        spec.check(None, "q").unwrap();
     }
 
     #[test]
@@ -360,7 +411,7 @@ mod tests {
                     ordered: true,
                     ..bullmq(BullmqOptions::default())
                 },
-                "ordered = true needs sink",
+                "ordered = true applies to streams queues",
             ),
             (
                 QueueSpec {
@@ -392,7 +443,7 @@ mod tests {
             ),
         ];
         for (spec, part) in cases {
-            let e = spec.check(None).unwrap_err();
+            let e = spec.check(None, "q").unwrap_err();
             assert!(e.contains(part), "{spec:?}: {e}");
         }
     }

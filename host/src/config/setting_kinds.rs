@@ -340,6 +340,29 @@ impl SettingKind for Url {
     }
 }
 
+/// An optional URL; unset or blank means none (`OUTBOX_NATS_URL`, `OUTBOX_RABBITMQ_URL`). Shown
+/// with its password redacted.
+pub(crate) struct OptionalUrl;
+
+impl SettingKind for OptionalUrl {
+    type Raw = Option<String>;
+    type Value = Option<String>;
+    fn is_set(text: &str) -> bool {
+        !text.trim().is_empty()
+    }
+    fn parse(text: &str) -> Result<Option<String>, String> {
+        Ok(Some(text.trim().to_string()))
+    }
+    fn value(raw: Option<String>) -> Option<String> {
+        raw
+    }
+    fn show(value: &Option<String>) -> String {
+        value
+            .as_deref()
+            .map_or_else(|| "(none)".to_string(), redact)
+    }
+}
+
 /// An optional name; unset or blank means "all" (`WORKER_QUEUE_GROUP`).
 pub(crate) struct OptionalName;
 

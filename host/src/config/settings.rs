@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::setting_kinds::{
     resolve_one, source_of, ContractModeKind, DirPath, Flag, HostList, Hours, Millis, Number,
-    OptionalName, PublicUrl, Seconds, SecondsList, SettingKind, Text, Url,
+    OptionalName, OptionalUrl, PublicUrl, Seconds, SecondsList, SettingKind, Text, Url,
 };
 use super::{ConfigError, ContractMode};
 
@@ -258,6 +258,20 @@ declare_settings! {
             env: "REDIS_URL",
             kind: Url,
             default: String::from("redis://127.0.0.1:6379/"),
+        }
+        /// NATS server URL for queues with `sink = "nats"` (`nats://host:4222`, credentials in
+        /// the URL; none by default: a routes file with a `nats` queue then fails its check).
+        nats_url: Option<String> {
+            env: "OUTBOX_NATS_URL",
+            kind: OptionalUrl,
+            default: None,
+        }
+        /// RabbitMQ URL for queues with `sink = "rabbitmq"` (`amqp://user:pass@host:5672/vhost`;
+        /// none by default: a routes file with a `rabbitmq` queue then fails its check).
+        rabbitmq_url: Option<String> {
+            env: "OUTBOX_RABBITMQ_URL",
+            kind: OptionalUrl,
+            default: None,
         }
         /// Queue group consumed by `outbox run` (`None` = all groups).
         worker_queue_group: Option<String> {

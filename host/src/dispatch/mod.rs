@@ -195,16 +195,38 @@ pub async fn connect_postgres(settings: &Settings, shutdown: &CancellationToken)
     .await
 }
 
-/// Connect the sinks (every queue's, on Redis; each batch reads the queues' sinks from
-/// `routes`), retrying with backoff and a clear log line until Redis answers or shutdown fires
-/// (`None`).
+/// Connect the sinks (every queue's: on Redis, and on the brokers the settings name; each
+/// batch reads the queues' sinks from `routes`), retrying with backoff and a clear log line
+/// until every queue system answers and the check of the routes' destinations on the brokers
+/// could run, or shutdown fires (`Ok(None)`). A destination that is wrong (a missing stream or
+/// exchange...) is `Err`, naming the queue: the host does not start on it.
 pub async fn connect_sinks(
     settings: &Settings,
     routes: Arc<arc_swap::ArcSwap<crate::config::RoutesFile>>,
     shutdown: &CancellationToken,
-) -> Option<QueueSinks> {
-    connect_with_retry("Redis", shutdown, || {
-        QueueSinks::connect(settings, routes.clone())
-    })
-    .await
+) -> Result<Option<QueueSinks>, String> {
+    let mut backoff = crate::reconnect::Backoff::new();
+    loop {
+        let Some(sinks) = connect_with_retry("the queue systems", shutdown, || {
+            QueueSinks::connect(settings, routes.clone())
+        })
+        .await
+        else {
+            return Ok(None);
+        };
+        match sinks.check_routes(&routes.load()).await {
+            Ok(()) => return Ok(Some(sinks)),
+            Err(crate::sink::DestinationError::Invalid(message)) => return Err(message),
+            Err(crate::sink::DestinationError::Unreachable(message)) => {
+                let stop = backoff
+                    .failed(shutdown, |delay| {
+                        tracing::error!(error = %message, retry_in = ?delay, "cannot check the queues' destinations; retrying")
+                    })
+                    .await;
+                if stop {
+                    return Ok(None);
+                }
+            }
+        }
+    }
 }

@@ -82,7 +82,12 @@ impl WakeMode {
 
     /// Count `events` claimed now.
     pub(super) fn claimed(&mut self, events: usize) {
-        self.roll(Instant::now());
+        self.count(events, Instant::now());
+    }
+
+    /// Count `events` claimed at `now`.
+    fn count(&mut self, events: usize, now: Instant) {
+        self.roll(now);
         self.in_window += events;
     }
 
@@ -221,5 +226,40 @@ pub(super) async fn listen_for_events(
         if sleep_or_shutdown(retry_delay(1), &shutdown).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_claim_rate_calls_for_polling_only_while_it_stays_above_the_threshold() {
+        let start = Instant::now();
+        let mut mode = WakeMode::new();
+        mode.window_started = start;
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert!(!mode.busy(at(0)), "nothing claimed yet");
+
+        mode.count(POLL_ABOVE_PER_WINDOW - 1, at(10));
+        assert!(!mode.busy(at(20)), "just under the rate");
+        mode.count(1, at(30));
+        assert!(mode.busy(at(40)), "at the rate within the window");
+        assert!(
+            mode.busy(at(150)),
+            "the last full window still counts in the next one"
+        );
+        mode.count(10, at(160));
+        assert!(
+            !mode.busy(at(260)),
+            "two windows on, only the slow one before counts"
+        );
+
+        mode.count(POLL_ABOVE_PER_WINDOW, at(270));
+        assert!(mode.busy(at(280)));
+        assert!(
+            !mode.busy(at(600)),
+            "a window with nothing claimed after a gap of more than one window"
+        );
     }
 }

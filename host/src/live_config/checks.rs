@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{Config, ConfigError, RoutesFile, SinkKind};
+use crate::config::{Config, ConfigError, RoutesFile, Settings, SinkKind};
 use crate::contracts::{ContractError, Contracts};
 use crate::naming::BUILTIN_PLUGIN_INVOKE;
 use crate::plugin::PluginLimits;
@@ -29,12 +29,12 @@ pub const RECEIVER_LEASE_MARGIN: Duration = Duration::from_secs(5);
 impl Config {
     /// The checks that need both the routes file and the resolved settings: the receiver lease
     /// against the handler plugins' time limits ([`RoutesFile::check_receiver_lease`]), the
-    /// queues against the Redis `REDIS_URL` names ([`RoutesFile::check_redis`]). The host
+    /// queues against the queue systems the settings name ([`RoutesFile::check_queue_systems`]). The host
     /// builder and the CLI run it on every config they load; run it on a config built by hand.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.routes
             .check_receiver_lease(self.settings.receiver_lease)
-            .and_then(|()| self.routes.check_redis(&self.settings.redis_url))
+            .and_then(|()| self.routes.check_queue_systems(&self.settings))
             .map_err(|message| ConfigError::Invalid {
                 path: self.shown_path(),
                 message,
@@ -61,6 +61,26 @@ impl RoutesFile {
             })
             .map(|(name, spec)| (name.as_str(), PluginLimits::from_spec(spec).timeout))
             .collect()
+    }
+
+    /// Check that the queue systems `settings` name can serve these queues: the Redis checks of
+    /// [`check_redis`](Self::check_redis), and a `nats` or `rabbitmq` queue only with
+    /// `OUTBOX_NATS_URL` or `OUTBOX_RABBITMQ_URL` set (whether its stream or exchange exists is
+    /// the sink's check, which needs the broker). The message names the queue.
+    pub fn check_queue_systems(&self, settings: &Settings) -> Result<(), String> {
+        self.check_redis(&settings.redis_url)?;
+        for (queue, spec) in &self.queues {
+            let missing = match spec.sink {
+                SinkKind::Nats if settings.nats_url.is_none() => "OUTBOX_NATS_URL",
+                SinkKind::Rabbitmq if settings.rabbitmq_url.is_none() => "OUTBOX_RABBITMQ_URL",
+                _ => continue,
+            };
+            return Err(format!(
+                "[queues.\"{queue}\"] sink = \"{}\" needs {missing} (the broker's URL), which is not set",
+                spec.sink
+            ));
+        }
+        Ok(())
     }
 
     /// Check that the Redis `redis_url` names can serve these queues: on a Redis Cluster a

@@ -5,8 +5,10 @@
 //! (a new `routes.toml`, a changed `.wasm`). The rules of a reload:
 //!
 //! - **Validate and load first, then swap.** A `routes.toml` that does not parse, breaks a
-//!   naming rule or binds a plugin where its world does not fit (a router plugin under
-//!   `[handlers]`, a handler as `[policy] plugin`) is rejected, and the previous routes, plugins
+//!   naming rule, binds a plugin where its world does not fit (a router plugin under
+//!   `[handlers]`, a handler as `[policy] plugin`) or names a destination its broker lacks (a
+//!   JetStream stream, a RabbitMQ exchange: the check the dispatcher's sinks registered with
+//!   [`LiveConfig::check_destinations_with`]) is rejected, and the previous routes, plugins
 //!   and router keep serving. A failed load never replaces what is serving.
 //! - **A change that waits for its plugin files is not lost.** A valid `routes.toml` naming a
 //!   new plugin (or a plugin in a new file) whose `.wasm` is missing or does not load yet (a
@@ -45,6 +47,7 @@ use crate::contracts::Contracts;
 use crate::plugin::{compile_cache, files};
 use crate::plugin::{PluginEngine, PluginError, PluginRegistry, StagedPlugins};
 use crate::routing::{build_router, RouterHandle};
+use crate::sink::DestinationCheck;
 
 mod checks;
 mod watch;
@@ -110,9 +113,9 @@ pub struct LiveConfig {
     /// The receiver lease in force (settings change only at a restart): a reload whose handler
     /// plugins' time limits it no longer covers is rejected.
     receiver_lease: Duration,
-    /// `REDIS_URL`: a reload is checked against the Redis it names (see
-    /// [`RoutesFile::check_redis`]).
-    redis_url: String,
+    /// The settings in force: a reload is checked against the queue systems they name (see
+    /// [`RoutesFile::check_queue_systems`]).
+    settings: Arc<crate::config::Settings>,
     pending: Arc<Mutex<Pending>>,
     /// Held by a reload from its first read to its last store.
     reloading: Arc<tokio::sync::Mutex<()>>,
@@ -120,6 +123,9 @@ pub struct LiveConfig {
     applied: Arc<tokio::sync::watch::Sender<u64>>,
     /// The last reloads tried, oldest first.
     history: Arc<Mutex<VecDeque<ReloadRecord>>>,
+    /// The check of a routes file's destinations on the brokers (the dispatcher's sinks, once
+    /// connected): a reload it refuses is rejected.
+    destinations: Arc<Mutex<Option<Arc<dyn DestinationCheck>>>>,
 }
 
 impl LiveConfig {
@@ -163,7 +169,7 @@ impl LiveConfig {
             routes_path: config.path.clone(),
             contracts: Contracts::none(),
             receiver_lease: config.settings.receiver_lease,
-            redis_url: config.settings.redis_url.clone(),
+            settings: Arc::new(config.settings.clone()),
             pending: Arc::new(Mutex::new(Pending {
                 routes_file: None,
                 in_force,
@@ -171,7 +177,17 @@ impl LiveConfig {
             reloading: Arc::default(),
             applied: Arc::new(tokio::sync::watch::Sender::new(0)),
             history: Arc::default(),
+            destinations: Arc::default(),
         })
+    }
+
+    /// Check every reloaded routes file's destinations with `check` before it is applied (the
+    /// host registers its sinks once they are connected); a file it refuses is rejected and the
+    /// routes in force keep serving.
+    pub fn check_destinations_with(&self, check: Arc<dyn DestinationCheck>) {
+        if let Ok(mut destinations) = self.destinations.lock() {
+            *destinations = Some(check);
+        }
     }
 
     /// Use `contracts` (loaded by the caller, who reports a broken folder at start-up) and
@@ -317,10 +333,17 @@ impl LiveConfig {
         };
         if let Err(e) = next
             .check_receiver_lease(self.receiver_lease)
-            .and_then(|()| next.check_redis(&self.redis_url))
+            .and_then(|()| next.check_queue_systems(&self.settings))
         {
             self.set_pending(|p| p.routes_file = None);
             return self.reject(format!("{}: {e}", path.display()));
+        }
+        let destinations = self.destinations.lock().ok().and_then(|d| d.clone());
+        if let Some(check) = destinations {
+            if let Err(e) = check.check_destinations(&next).await {
+                self.set_pending(|p| p.routes_file = None);
+                return self.reject(format!("{}: {e}", path.display()));
+            }
         }
         let staged = match self.registry.stage(&next).await {
             Ok(mut staged) if !staged.refused.is_empty() => {

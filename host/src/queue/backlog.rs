@@ -23,7 +23,8 @@ pub struct QueueBacklog {
     /// Its sink.
     pub sink: SinkKind,
     /// Streams: entries in the stream (`XLEN`, handled ones included until trimmed). BullMQ:
-    /// jobs waiting for a worker (`wait`, `paused` and `prioritized`).
+    /// jobs waiting for a worker (`wait`, `paused` and `prioritized`). NATS and RabbitMQ: 0,
+    /// the broker holds the messages (its own tools tell what waits).
     pub waiting: u64,
     /// BullMQ only: jobs being processed, delayed (including retries in backoff), completed
     /// and failed, as `Queue.getJobCounts` counts them.
@@ -127,6 +128,8 @@ pub async fn queue_backlogs(
                 pipe.cmd(command).arg(bull.key(suffix));
             }
         }
+        // The broker holds these queues' messages: nothing to read in Redis.
+        SinkKind::Nats | SinkKind::Rabbitmq => {}
     };
     let replies: Vec<redis::Value> = match keys.layout() {
         // One round trip for every queue.
@@ -176,6 +179,15 @@ pub async fn queue_backlogs(
                     completed: number(reply()),
                     failed: number(reply()),
                 }),
+                consumers: None,
+                memory_bytes: None,
+                trimmed: None,
+            },
+            sink @ (SinkKind::Nats | SinkKind::Rabbitmq) => QueueBacklog {
+                queue: queue.clone(),
+                sink,
+                waiting: 0,
+                bullmq: None,
                 consumers: None,
                 memory_bytes: None,
                 trimmed: None,

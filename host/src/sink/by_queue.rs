@@ -2,30 +2,45 @@
 //!
 //! Owns the choice of sink kind per entry, from the routes in force at each batch (so a
 //! reloaded `routes.toml` moves a queue to another sink from the next batch on), splitting a
-//! batch by kind, running the parts side by side and putting the results back in input order.
-//! The dispatcher sees one [`Sink`]; a new broker is one new module and one arm here. It never
-//! builds a key or a job itself.
+//! batch by kind, running the parts side by side and putting the results back in input order;
+//! and the brokers beyond Redis the settings name (connected at start when their URL is set),
+//! with the check of a routes file's destinations on them ([`DestinationCheck`]). The
+//! dispatcher sees one [`Sink`]; a new broker is one new module and one arm here. It never
+//! builds a key, a job or a message itself.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures::future::BoxFuture;
+use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
-use super::{BullmqSink, Enqueue, EnqueueResult, RedisSink, Sink, SinkError};
+use super::{
+    BullmqSink, DestinationCheck, DestinationError, Enqueue, EnqueueResult, NatsSink, RabbitmqSink,
+    RedisSink, Sink, SinkError,
+};
 use crate::config::{RoutesFile, Settings, SinkKind};
 
-/// Every sink kind, on the host's Redis, chosen per queue.
+/// Every sink kind, chosen per queue: the Redis ones on the host's Redis, the brokers on
+/// theirs.
 #[derive(Clone)]
 pub struct QueueSinks {
     routes: Arc<ArcSwap<RoutesFile>>,
     streams: RedisSink,
     bullmq: BullmqSink,
+    /// Connected when `OUTBOX_NATS_URL` is set.
+    nats: Option<NatsSink>,
+    /// Connected when `OUTBOX_RABBITMQ_URL` is set.
+    rabbitmq: Option<RabbitmqSink>,
+    /// `OUTBOX_CLAIM_LEASE_MS`: a JetStream stream must keep message ids at least this long.
+    claim_lease: Duration,
 }
 
 impl QueueSinks {
-    /// Connect to Redis (`REDIS_URL`; one attempt, the caller retries) and prepare every sink
-    /// kind over that one connection; each batch reads the queues' sinks from `routes`.
+    /// Connect to Redis (`REDIS_URL`) and to each broker whose URL the settings name (one
+    /// attempt each, the caller retries), and prepare every sink kind; each batch reads the
+    /// queues' sinks from `routes`. Whether the routes' destinations exist on the brokers is
+    /// [`check_destinations`](DestinationCheck::check_destinations)'s to say.
     pub async fn connect(
         settings: &Settings,
         routes: Arc<ArcSwap<RoutesFile>>,
@@ -40,10 +55,21 @@ impl QueueSinks {
         )
         .await?
         .waiting_for_replicas(settings.redis_wait_replicas);
+        let nats = match &settings.nats_url {
+            Some(url) => Some(NatsSink::connect(url, &settings.redis_prefix).await?),
+            None => None,
+        };
+        let rabbitmq = match &settings.rabbitmq_url {
+            Some(url) => Some(RabbitmqSink::connect(url, &settings.redis_prefix).await?),
+            None => None,
+        };
         Ok(Self {
             routes,
             streams,
             bullmq,
+            nats,
+            rabbitmq,
+            claim_lease: settings.claim_lease,
         })
     }
 
@@ -51,35 +77,36 @@ impl QueueSinks {
     pub async fn enqueue_all(&self, items: &[Enqueue<'_>]) -> Vec<EnqueueResult> {
         let routes = self.routes.load_full();
         let kinds: Vec<SinkKind> = items.iter().map(|i| routes.sink_of(i.queue)).collect();
-        if kinds.iter().all(|k| *k == SinkKind::Streams) {
-            return self.streams.enqueue_with(items, &routes).await;
+        if let Some(first) = kinds.first() {
+            if kinds.iter().all(|k| k == first) {
+                return self.enqueue_on(*first, items, &routes).await;
+            }
         }
-        if kinds.iter().all(|k| *k == SinkKind::Bullmq) {
-            return self.bullmq.enqueue_with(items, &routes).await;
-        }
-        let pick = |kind: SinkKind| -> (Vec<usize>, Vec<Enqueue<'_>>) {
-            kinds
+        let parts: Vec<(Vec<usize>, Vec<Enqueue<'_>>)> = SinkKind::ALL
+            .iter()
+            .map(|kind| {
+                kinds
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| *k == kind)
+                    .map(|(i, _)| (i, items[i].clone()))
+                    .unzip()
+            })
+            .collect();
+        let results = join_all(
+            SinkKind::ALL
                 .iter()
-                .enumerate()
-                .filter(|(_, k)| **k == kind)
-                .map(|(i, _)| (i, items[i].clone()))
-                .unzip()
-        };
-        let (streams_at, streams_items) = pick(SinkKind::Streams);
-        let (bullmq_at, bullmq_items) = pick(SinkKind::Bullmq);
-        let (streams_results, bullmq_results) = futures::join!(
-            self.streams.enqueue_with(&streams_items, &routes),
-            self.bullmq.enqueue_with(&bullmq_items, &routes)
-        );
-        let mut results: Vec<Option<EnqueueResult>> = vec![None; items.len()];
-        for (at, result) in streams_at
-            .into_iter()
-            .zip(streams_results)
-            .chain(bullmq_at.into_iter().zip(bullmq_results))
-        {
-            results[at] = Some(result);
+                .zip(&parts)
+                .map(|(kind, (_, part))| self.enqueue_on(*kind, part, &routes)),
+        )
+        .await;
+        let mut in_order: Vec<Option<EnqueueResult>> = vec![None; items.len()];
+        for ((at, _), part_results) in parts.iter().zip(results) {
+            for (i, result) in at.iter().zip(part_results) {
+                in_order[*i] = Some(result);
+            }
         }
-        results
+        in_order
             .into_iter()
             .zip(items)
             .map(|(result, item)| {
@@ -92,11 +119,83 @@ impl QueueSinks {
             })
             .collect()
     }
+
+    /// Hand off `items`, all on sinks of `kind`.
+    async fn enqueue_on(
+        &self,
+        kind: SinkKind,
+        items: &[Enqueue<'_>],
+        routes: &RoutesFile,
+    ) -> Vec<EnqueueResult> {
+        if items.is_empty() {
+            return Vec::new();
+        }
+        match kind {
+            SinkKind::Streams => self.streams.enqueue_with(items, routes).await,
+            SinkKind::Bullmq => self.bullmq.enqueue_with(items, routes).await,
+            SinkKind::Nats => match &self.nats {
+                Some(nats) => nats.enqueue_with(items, routes).await,
+                None => not_connected(items, "nats", "OUTBOX_NATS_URL"),
+            },
+            SinkKind::Rabbitmq => match &self.rabbitmq {
+                Some(rabbitmq) => rabbitmq.enqueue_with(items, routes).await,
+                None => not_connected(items, "rabbitmq", "OUTBOX_RABBITMQ_URL"),
+            },
+        }
+    }
+
+    /// Check that every sink this host connected answers.
+    pub async fn ping(&self) -> Result<(), SinkError> {
+        self.streams.ping().await?;
+        if let Some(nats) = &self.nats {
+            nats.ping().await?;
+        }
+        if let Some(rabbitmq) = &self.rabbitmq {
+            rabbitmq.ping().await?;
+        }
+        Ok(())
+    }
+
+    /// Check the destinations `routes` names on the brokers (see [`DestinationCheck`]).
+    pub async fn check_routes(&self, routes: &RoutesFile) -> Result<(), DestinationError> {
+        for (queue, spec) in &routes.queues {
+            let missing = match spec.sink {
+                SinkKind::Nats if self.nats.is_none() => "OUTBOX_NATS_URL",
+                SinkKind::Rabbitmq if self.rabbitmq.is_none() => "OUTBOX_RABBITMQ_URL",
+                _ => continue,
+            };
+            return Err(DestinationError::Invalid(format!(
+                "[queues.\"{queue}\"] sink = \"{}\": this host started without {missing}; set it and restart",
+                spec.sink
+            )));
+        }
+        if let Some(nats) = &self.nats {
+            nats.check_routes(routes, self.claim_lease).await?;
+        }
+        if let Some(rabbitmq) = &self.rabbitmq {
+            rabbitmq.check_routes(routes).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Every item failed: its queue's broker is not connected (the routes check refuses such a
+/// routes file, so only a routes file swapped in without the check gets here).
+fn not_connected(items: &[Enqueue<'_>], sink: &str, setting: &str) -> Vec<EnqueueResult> {
+    items
+        .iter()
+        .map(|item| {
+            EnqueueResult::Failed(format!(
+                "event {} to {}: sink = \"{sink}\" but this host has no {setting}",
+                item.event.id, item.queue
+            ))
+        })
+        .collect()
 }
 
 impl Sink for QueueSinks {
     fn name(&self) -> &str {
-        "redis (streams, bullmq)"
+        "queue sinks (redis streams, bullmq, nats, rabbitmq)"
     }
 
     fn enqueue_all<'a>(&'a self, items: &'a [Enqueue<'a>]) -> BoxFuture<'a, Vec<EnqueueResult>> {
@@ -104,6 +203,15 @@ impl Sink for QueueSinks {
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>> {
-        self.streams.ping().boxed()
+        QueueSinks::ping(self).boxed()
+    }
+}
+
+impl DestinationCheck for QueueSinks {
+    fn check_destinations<'a>(
+        &'a self,
+        routes: &'a RoutesFile,
+    ) -> BoxFuture<'a, Result<(), DestinationError>> {
+        self.check_routes(routes).boxed()
     }
 }

@@ -1,11 +1,14 @@
 //! Sink: hands routed events to a queue system, exactly once per (event, queue).
 //!
 //! Owns the seam between the dispatcher and a queue system: the [`Sink`] trait, what one
-//! hand-off is ([`Enqueue`]) and what became of it ([`EnqueueResult`]). Each queue system is one
-//! submodule: Redis Streams ([`RedisSink`], read by the host's receivers) and BullMQ's format
-//! ([`BullmqSink`], read by `bullmq` workers), sharing the pipelined script runner of `script`;
-//! [`QueueSinks`] picks one per queue (`[queues."NAME"] sink`). What a sink writes (keys, entry
-//! fields, job hash, the Lua scripts) is the wire contract of [`crate::queue`]; a sink runs it.
+//! hand-off is ([`Enqueue`]) and what became of it ([`EnqueueResult`]), and the check that a
+//! routes file's destinations exist on their brokers ([`DestinationCheck`]). Each queue system
+//! is one submodule: Redis Streams ([`RedisSink`], read by the host's receivers) and BullMQ's
+//! format ([`BullmqSink`], read by `bullmq` workers), sharing the pipelined script runner of
+//! `script`; NATS JetStream ([`NatsSink`]) and RabbitMQ ([`RabbitmqSink`]), publishing the
+//! message of `broker_message`; [`QueueSinks`] picks one per queue (`[queues."NAME"] sink`).
+//! What a Redis sink writes (keys, entry fields, job hash, the Lua scripts) is the wire
+//! contract of [`crate::queue`]; a sink runs it.
 //! A sink never touches PostgreSQL, never builds a key itself and never decides retries: it
 //! reports per-entry results, telling an entry the queue system refused
 //! ([`EnqueueResult::Failed`], the event's fault) from an infrastructure blip
@@ -14,16 +17,22 @@
 
 use futures::future::BoxFuture;
 
+use crate::config::RoutesFile;
 use crate::fault::Blip;
 use crate::store::ClaimedEvent;
 
+pub mod broker_message;
 mod bullmq;
 mod by_queue;
+mod nats;
+mod rabbitmq;
 mod redis_streams;
 mod script;
 
 pub use bullmq::BullmqSink;
 pub use by_queue::QueueSinks;
+pub use nats::{NatsSink, NATS_ACK_TIMEOUT, NATS_MAX_HEADER_BYTES};
+pub use rabbitmq::{RabbitmqSink, RABBITMQ_TIMEOUT};
 pub use redis_streams::RedisSink;
 
 /// A sink failure with context.
@@ -123,4 +132,27 @@ pub trait Sink: Send + Sync {
 
     /// Check the queue system answers.
     fn ping(&self) -> BoxFuture<'_, Result<(), SinkError>>;
+}
+
+/// Why a routes file's destinations cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestinationError {
+    /// A destination is wrong (a missing stream or exchange, a subject another stream takes, a
+    /// duplicate window shorter than the claim lease): the operator's to fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// A broker did not answer the check.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Checks that the destinations a routes file names on its brokers exist and can take the
+/// queues' messages, before the host serves that file: at start, and before a reload is
+/// applied (a reload it refuses leaves the routes in force serving).
+pub trait DestinationCheck: Send + Sync {
+    /// Check every destination of `routes`; the error names the queue and what to change.
+    fn check_destinations<'a>(
+        &'a self,
+        routes: &'a RoutesFile,
+    ) -> BoxFuture<'a, Result<(), DestinationError>>;
 }

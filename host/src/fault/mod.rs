@@ -1,6 +1,7 @@
 //! Fault: telling an infrastructure blip from the event's own fault.
 //!
-//! Owns the one classification of PostgreSQL (sqlx) and Redis errors into [`Blip`]s: a dropped,
+//! Owns the one classification of PostgreSQL (sqlx), Redis, NATS JetStream and RabbitMQ
+//! (AMQP) errors into [`Blip`]s (the brokers' in `brokers.rs`): a dropped,
 //! reset, refused or timed-out connection, a server that is loading, busy, fenced read-only or
 //! lost its scripts, a terminated backend, an exhausted pool, a serialization failure. A blip is
 //! never an event's fault: callers retry it with [`crate::reconnect`]'s backoff, without counting
@@ -14,6 +15,10 @@
 
 use std::io;
 
+mod brokers;
+
+pub use brokers::{amqp_blip, nats_publish_blip};
+
 use sqlx::postgres::{PgDatabaseError, PgSeverity};
 
 /// The service a blip came from (the `service` label of the metric).
@@ -23,14 +28,20 @@ pub enum Service {
     Postgres,
     /// Redis (the queues).
     Redis,
+    /// NATS JetStream (`nats` queues).
+    Nats,
+    /// RabbitMQ (`rabbitmq` queues).
+    Rabbitmq,
 }
 
 impl Service {
-    /// `postgres` or `redis`.
+    /// `postgres`, `redis`, `nats` or `rabbitmq`.
     pub fn label(self) -> &'static str {
         match self {
             Service::Postgres => "postgres",
             Service::Redis => "redis",
+            Service::Nats => "nats",
+            Service::Rabbitmq => "rabbitmq",
         }
     }
 }
@@ -48,8 +59,11 @@ pub enum BlipKind {
     Io,
     /// Redis `LOADING`: loading its dataset after a restart.
     Loading,
-    /// Redis `BUSY`: a script or function runs too long.
+    /// Redis `BUSY`: a script or function runs too long; a broker's client holding as many
+    /// unconfirmed publishes as it may.
     Busy,
+    /// A broker out of storage or memory, or a stream at its limits refusing new messages.
+    ResourcesExceeded,
     /// Redis `NOSCRIPT`: the script cache was emptied (restart, `SCRIPT FLUSH`).
     NoScript,
     /// Redis `READONLY`: a replica, e.g. the old primary during a failover.
@@ -103,6 +117,7 @@ impl BlipKind {
             BlipKind::Io => "io",
             BlipKind::Loading => "loading",
             BlipKind::Busy => "busy",
+            BlipKind::ResourcesExceeded => "resources_exceeded",
             BlipKind::NoScript => "noscript",
             BlipKind::ReadOnly => "readonly",
             BlipKind::MasterDown => "masterdown",
@@ -199,16 +214,7 @@ fn io_blip_kind(error: &redis::RedisError) -> BlipKind {
 /// error, a missing table) is not a blip.
 pub fn postgres_blip(error: &sqlx::Error) -> Option<Blip> {
     let kind = match error {
-        sqlx::Error::Io(e) => match e.kind() {
-            io::ErrorKind::BrokenPipe
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::NotConnected
-            | io::ErrorKind::UnexpectedEof => BlipKind::ConnectionDropped,
-            io::ErrorKind::ConnectionRefused => BlipKind::ConnectionRefused,
-            io::ErrorKind::TimedOut => BlipKind::Timeout,
-            _ => BlipKind::Io,
-        },
+        sqlx::Error::Io(e) => io_error_blip_kind(e),
         sqlx::Error::PoolTimedOut => BlipKind::PoolTimedOut,
         sqlx::Error::PoolClosed => BlipKind::PoolClosed,
         sqlx::Error::WorkerCrashed => BlipKind::ConnectionDropped,
@@ -224,6 +230,20 @@ pub fn postgres_blip(error: &sqlx::Error) -> Option<Blip> {
         service: Service::Postgres,
         kind,
     })
+}
+
+/// The blip an I/O error on a connection stands for (every one is a blip).
+fn io_error_blip_kind(error: &io::Error) -> BlipKind {
+    match error.kind() {
+        io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::NotConnected
+        | io::ErrorKind::UnexpectedEof => BlipKind::ConnectionDropped,
+        io::ErrorKind::ConnectionRefused => BlipKind::ConnectionRefused,
+        io::ErrorKind::TimedOut => BlipKind::Timeout,
+        _ => BlipKind::Io,
+    }
 }
 
 /// The blip a SQLSTATE stands for (`fatal`: the server ended the session with it).
