@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Make the local services the demo and the tests use answer, on a fresh Debian machine too:
-# install what is missing (PostgreSQL, Redis, Node.js with npm for the BullMQ interop test and
-# the JavaScript plugin example, Python's venv for the Python one) with apt-get, start
-# PostgreSQL and Redis if they are not answering, let local TCP connections in without a
-# password (a development or CI machine only), and create the `test` database.
+# install what is missing (PostgreSQL, Redis, NATS and RabbitMQ for the broker sinks' tests,
+# Node.js with npm for the BullMQ interop test and the JavaScript plugin example, Python's venv
+# for the Python one) with apt-get, start PostgreSQL, Redis, NATS (with JetStream) and RabbitMQ
+# if they are not answering, let local TCP connections in without a password (a development
+# or CI machine only), and create the `test` database.
 set -euo pipefail
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v nats-server >/dev/null || missing+=(nats-server)
+command -v rabbitmq-server >/dev/null || missing+=(rabbitmq-server)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
@@ -44,5 +47,21 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
   for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
 fi
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+if ! answers 4222; then
+  echo "starting NATS with JetStream"
+  as_root mkdir -p /var/lib/nats-server /var/log
+  as_root setsid nats-server -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server \
+    -l /var/log/nats-server.log </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 1 30); do answers 4222 && break; sleep 1; done
+fi
+if ! answers 5672; then
+  echo "starting RabbitMQ"
+  as_root rabbitmq-server -detached >/dev/null 2>&1 || true
+  # RabbitMQ takes several seconds to boot.
+  for _ in $(seq 1 90); do answers 5672 && break; sleep 1; done
+fi
 pg_isready -h 127.0.0.1 -p 5432
 redis-cli -h 127.0.0.1 -p 6379 ping
+answers 4222 && echo "NATS answers on 4222"
+answers 5672 && echo "RabbitMQ answers on 5672"

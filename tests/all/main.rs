@@ -9,6 +9,7 @@
 mod alerts;
 mod async_plugin_calls;
 mod blips;
+mod broker_destinations;
 mod bullmq;
 mod capabilities;
 mod capability_bounds;
