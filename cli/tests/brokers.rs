@@ -1,0 +1,396 @@
+//! A real `outbox run` dispatching into NATS JetStream and RabbitMQ, SIGKILLed twice while
+//! events flow and started again, with each broker's own client consuming all along: on
+//! JetStream every event arrives exactly once per queue (the stream's duplicate window drops
+//! what a killed host published but never recorded); on RabbitMQ every event arrives at least
+//! once per queue, and a second copy only ever under the first one's `message_id`.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write PostgreSQL directly to check the host"
+)]
+// A test crate: a failed unwrap is a failed test, with the reason in the panic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use sqlx::PgPool;
+use tokio::process::{Child, Command};
+
+use outbox_tests::{nats_url, rabbitmq_url};
+
+/// Events the producers commit.
+const EVENTS: i64 = 2000;
+
+/// The database URL of a `sqlx::test` pool.
+async fn pool_url(pool: &PgPool) -> String {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let (root, _) = base.rsplit_once('/').unwrap();
+    format!("{root}/{db}")
+}
+
+/// `outbox run --dispatcher-only` on `dir/routes.toml` with a short claim lease, logging into
+/// `dir/host.log`.
+fn start_host(db_url: &str, dir: &Path, prefix: &str) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("host.log"))
+        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    for var in outbox_host::config::Settings::ENV_VARS {
+        command.env_remove(var);
+    }
+    command
+        .args(["run", "--dispatcher-only"])
+        .env("DATABASE_URL", db_url)
+        .env("REDIS_URL", outbox_tests::redis_url())
+        .env("OUTBOX_NATS_URL", nats_url())
+        .env("OUTBOX_RABBITMQ_URL", rabbitmq_url())
+        .env("OUTBOX_REDIS_PREFIX", prefix)
+        .env("OUTBOX_CONFIG", dir.join("routes.toml"))
+        .env("OUTBOX_PLUGIN_DIR", dir)
+        .env("OUTBOX_HTTP_ADDR", "")
+        .env("OUTBOX_CLAIM_LEASE_MS", "1500")
+        .env("OUTBOX_DISPATCH_INTERVAL_MS", "100")
+        .env("OUTBOX_DISPATCH_BATCH_SIZE", "50")
+        .env("RUST_LOG", "warn,outbox_host::host=info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn outbox run")
+}
+
+/// Commit [`EVENTS`] events in batches (every fifth an `order.placed`, which fans out to the
+/// audit queue too) while the host is SIGKILLed twice and started again; then wait until every
+/// event is `done`. Returns how many events were claimed again after a killed host's lease.
+async fn produce_through_two_kills(pool: &PgPool, dir: &Path, prefix: &str) -> i64 {
+    let db_url = pool_url(pool).await;
+    let mut host = start_host(&db_url, dir, prefix);
+    for batch in 0..20 {
+        sqlx::query(
+            "INSERT INTO outbox_event (event_type, payload) SELECT CASE WHEN g % 5 = 0 THEN 'order.placed' ELSE 'mail.welcome' END, jsonb_build_object('n', g) FROM generate_series($1::bigint, $2::bigint) g",
+        )
+        .bind(batch * 100 + 1)
+        .bind(batch * 100 + 100)
+        .execute(pool)
+        .await
+        .unwrap();
+        if batch == 7 || batch == 14 {
+            // Kill while a claim is in flight (rows claimed, outcome not recorded yet), so the
+            // next host hands some events off again after the lease.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                let processing: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM outbox_event WHERE status = 'processing'",
+                )
+                .fetch_one(pool)
+                .await
+                .unwrap();
+                if processing > 0 {
+                    break;
+                }
+            }
+            host.start_kill().unwrap();
+            host.wait().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            host = start_host(&db_url, dir, prefix);
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let start = Instant::now();
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        if done == EVENTS {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{done} of {EVENTS} done; host log: {}",
+            std::fs::read_to_string(dir.join("host.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    host.start_kill().unwrap();
+    let _ = host.wait().await;
+    sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE attempts > 1")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Each queue's expected event ids: every event on `mail`, the `order.placed` ones on `audit`.
+async fn expected(pool: &PgPool) -> BTreeMap<(String, i64), usize> {
+    let rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, event_type FROM outbox_event")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    let mut expected = BTreeMap::new();
+    for (id, event_type) in rows {
+        expected.insert(("kill.mail".to_string(), id), 1);
+        if event_type == "order.placed" {
+            expected.insert(("kill.audit".to_string(), id), 1);
+        }
+    }
+    expected
+}
+
+/// Wait until `seen` holds `total` deliveries or more (and a little longer, for stragglers).
+async fn wait_for_deliveries(seen: &Mutex<Vec<(String, i64, String)>>, total: usize) {
+    let start = Instant::now();
+    while seen.lock().unwrap().len() < total {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} of {total} deliveries",
+            seen.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_killed_and_restarted_host_hands_each_event_to_jetstream_exactly_once(pool: PgPool) {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let prefix = format!("test:{id}:");
+    let stream_name = format!("KILL_{id}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("routes.toml"),
+        format!(
+            r#"[routes]
+"mail." = "kill.mail"
+"order." = ["kill.mail", "kill.audit"]
+[router]
+plugin = "native"
+[queues."kill.mail"]
+sink = "nats"
+nats = {{ stream = "{stream_name}", subject = "kill.{id}.mail" }}
+[queues."kill.audit"]
+sink = "nats"
+nats = {{ stream = "{stream_name}", subject = "kill.{id}.audit" }}
+[policy]
+plugin = "deny-all"
+"#
+        ),
+    )
+    .unwrap();
+    let js = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+    let stream = js
+        .create_stream(jetstream::stream::Config {
+            name: stream_name.clone(),
+            subjects: vec![format!("kill.{id}.>")],
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A consumer reading all along, acknowledging each message, as an application would.
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, i64, String)>>> = Arc::default();
+    let reader = tokio::spawn({
+        let seen = seen.clone();
+        let id = id.clone();
+        async move {
+            let mut messages = consumer.messages().await.unwrap();
+            while let Some(Ok(message)) = messages.next().await {
+                let headers = message.headers.clone().unwrap();
+                let event: i64 = headers
+                    .get("Outbox-Event-Id")
+                    .unwrap()
+                    .as_str()
+                    .parse()
+                    .unwrap();
+                let queue = message
+                    .subject
+                    .as_str()
+                    .replace(&format!("kill.{id}."), "kill.");
+                let msg_id = headers.get("Nats-Msg-Id").unwrap().as_str().to_string();
+                message.ack().await.unwrap();
+                seen.lock().unwrap().push((queue, event, msg_id));
+            }
+        }
+    });
+
+    let recovered = produce_through_two_kills(&pool, dir.path(), &prefix).await;
+    let expected = expected(&pool).await;
+    wait_for_deliveries(&seen, expected.len()).await;
+    reader.abort();
+    let mut counts: BTreeMap<(String, i64), usize> = BTreeMap::new();
+    for (queue, event, msg_id) in seen.lock().unwrap().iter() {
+        assert_eq!(msg_id, &format!("{prefix}outbox:{queue}:{event}"));
+        *counts.entry((queue.clone(), *event)).or_default() += 1;
+    }
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "received more than once: {doubled:?}");
+    assert_eq!(counts, expected, "each event once per queue");
+    assert!(
+        recovered > 0,
+        "a kill left claimed events for the next host"
+    );
+    eprintln!(
+        "{EVENTS} events, {} messages, each received once across 2 kills; {recovered} events were claimed again after a killed host's lease",
+        expected.len()
+    );
+    js.delete_stream(&stream_name).await.unwrap();
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_killed_and_restarted_host_hands_each_event_to_rabbitmq_at_least_once_under_one_message_id(
+    pool: PgPool,
+) {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let prefix = format!("test:{id}:");
+    let exchange = format!("kill.{id}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("routes.toml"),
+        format!(
+            r#"[routes]
+"mail." = "kill.mail"
+"order." = ["kill.mail", "kill.audit"]
+[router]
+plugin = "native"
+[queues."kill.mail"]
+sink = "rabbitmq"
+rabbitmq = {{ exchange = "{exchange}" }}
+[queues."kill.audit"]
+sink = "rabbitmq"
+rabbitmq = {{ exchange = "{exchange}" }}
+[policy]
+plugin = "deny-all"
+"#
+        ),
+    )
+    .unwrap();
+    let amqp = lapin::Connection::connect(&rabbitmq_url(), Default::default())
+        .await
+        .unwrap();
+    let channel = amqp.create_channel().await.unwrap();
+    channel
+        .exchange_declare(
+            exchange.as_str().into(),
+            lapin::ExchangeKind::Direct,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let rabbit_queue = format!("kill.{id}");
+    channel
+        .queue_declare(
+            rabbit_queue.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    for key in ["kill.mail", "kill.audit"] {
+        channel
+            .queue_bind(
+                rabbit_queue.as_str().into(),
+                exchange.as_str().into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+    // A consumer reading all along, acknowledging each delivery.
+    let mut consumer = channel
+        .basic_consume(
+            rabbit_queue.as_str().into(),
+            "kill-test".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, i64, String)>>> = Arc::default();
+    let reader = tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            while let Some(Ok(delivery)) = consumer.next().await {
+                let properties = &delivery.properties;
+                let headers = properties.headers().clone().unwrap();
+                let text = |name: &str| match headers.inner().get(name) {
+                    Some(AMQPValue::LongString(s)) => {
+                        String::from_utf8(s.as_bytes().to_vec()).unwrap()
+                    }
+                    other => panic!("{name}: {other:?}"),
+                };
+                let event: i64 = text("Outbox-Event-Id").parse().unwrap();
+                let queue = text("Outbox-Queue");
+                let msg_id = properties.message_id().clone().unwrap().to_string();
+                delivery.ack(BasicAckOptions::default()).await.unwrap();
+                seen.lock().unwrap().push((queue, event, msg_id));
+            }
+        }
+    });
+
+    let recovered = produce_through_two_kills(&pool, dir.path(), &prefix).await;
+    let expected = expected(&pool).await;
+    wait_for_deliveries(&seen, expected.len()).await;
+    reader.abort();
+    let mut counts: BTreeMap<(String, i64), usize> = BTreeMap::new();
+    for (queue, event, msg_id) in seen.lock().unwrap().iter() {
+        // Every copy, the first and any re-publish, under the one id of (event, queue).
+        assert_eq!(msg_id, &format!("{prefix}outbox:{queue}:{event}"));
+        *counts.entry((queue.clone(), *event)).or_default() += 1;
+    }
+    let missing: Vec<_> = expected
+        .keys()
+        .filter(|k| !counts.contains_key(*k))
+        .collect();
+    assert!(missing.is_empty(), "never received: {missing:?}");
+    assert!(
+        counts.keys().all(|k| expected.contains_key(k)),
+        "only the events committed"
+    );
+    let copies: usize = counts.values().sum();
+    assert!(
+        recovered > 0,
+        "a kill left claimed events for the next host"
+    );
+    eprintln!(
+        "{EVENTS} events, {} messages, {copies} deliveries across 2 kills ({} redelivered under the same message id); {recovered} events were claimed again after a killed host's lease",
+        expected.len(),
+        copies - expected.len()
+    );
+    let _ = channel
+        .queue_delete(rabbit_queue.as_str().into(), QueueDeleteOptions::default())
+        .await;
+    let _ = channel
+        .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
+        .await;
+}
