@@ -2,7 +2,8 @@
 //! exchange is missing (or whose stream forgets message ids sooner than the claim lease) stops
 //! the host at start with an error naming the queue, a reload naming one is rejected while the
 //! routes in force keep serving, and the dispatcher hands events to both brokers, each marked
-//! done only once its broker confirmed it (read back with the brokers' own clients).
+//! done only once its broker confirmed it (read back with the brokers' own clients), and what
+//! the hosts counted of those hand-offs is what `outbox stats` and the console show.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +14,10 @@ use lapin::options::{
     QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
-use outbox_host::config::{Config, RoutesFile, Settings};
+use outbox_host::config::{Config, RoutesFile, Settings, SinkKind};
 use outbox_host::live_config::{LiveConfig, ReloadOutcome};
 use outbox_host::publish::NewEvent;
+use outbox_host::queue::{queue_backlogs, BrokerHandoffs, QueueKeys};
 use outbox_host::sink::QueueSinks;
 use outbox_host::Host;
 use serde_json::json;
@@ -311,5 +313,34 @@ async fn the_dispatcher_hands_events_to_jetstream_and_rabbitmq_and_marks_them_do
         rabbit_ids, wanted,
         "each task once, in order, under its message id"
     );
+
+    // What `outbox stats` and the console show of the two queues (written in the background).
+    let routes = RoutesFile::parse(&routes, std::path::Path::new("routes.toml")).unwrap();
+    let queues = vec!["outbox.jobs".to_string(), "outbox.tasks".to_string()];
+    let keys = QueueKeys::new(env.prefix.clone());
+    let want = BrokerHandoffs {
+        published: 5,
+        confirmed: 5,
+        ..BrokerHandoffs::default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut conn = env.redis.clone();
+        let backlogs = queue_backlogs(&mut conn, &keys, &routes, &queues)
+            .await
+            .unwrap();
+        let counts: Vec<_> = backlogs.iter().map(|b| (b.sink, b.broker)).collect();
+        if counts
+            == [
+                (SinkKind::Nats, Some(want)),
+                (SinkKind::Rabbitmq, Some(want)),
+            ]
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{counts:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(want.summary(), "5 / 5 / 0");
     cleanup(&js, &channel, &names).await;
 }

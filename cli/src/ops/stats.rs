@@ -136,6 +136,7 @@ async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::Resu
                 "delayed",
                 "completed",
                 "failed",
+                "broker published / confirmed / failed",
             ]);
             for q in queues {
                 let bullmq = |pick: fn(&BullmqCounts) -> u64| {
@@ -163,6 +164,7 @@ async fn print_stats(pool: &PgPool, config: &Config, json: bool) -> anyhow::Resu
                     Cell::new(bullmq(|c| c.delayed)),
                     Cell::new(bullmq(|c| c.completed)),
                     Cell::new(bullmq(|c| c.failed)),
+                    Cell::new(q.broker.map(|b| b.summary()).unwrap_or_default()),
                 ]);
             }
             out!("{t}");

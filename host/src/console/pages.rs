@@ -182,7 +182,7 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
             p { "No queue is named by the routes in force." }
         } @else {
             table #queues {
-                tr { th { "queue" } th { "sink" } th { "handler" } th { "queue groups" } th { "state" } th.num { "length / waiting" } th.num { "pending (unacked)" } th.num { "consumer lag" } th.num { "dead letters" } th.num { "oldest unfinished" } th { "BullMQ active / delayed / completed / failed" } }
+                tr { th { "queue" } th { "sink" } th { "handler" } th { "queue groups" } th { "state" } th.num { "length / waiting" } th.num { "pending (unacked)" } th.num { "consumer lag" } th.num { "dead letters" } th.num { "oldest unfinished" } th { "BullMQ active / delayed / completed / failed" } th { "broker published / confirmed / failed" } }
                 @for row in rows {
                     tr {
                         td { (row.queue) } td { (row.sink.as_str()) }
@@ -202,8 +202,9 @@ fn queue_table(rows: &[QueueRow]) -> Markup {
                                 td.num { (number(c.map(|c| c.dead_letters))) }
                                 td.num { (c.and_then(|c| c.oldest_entry_age_seconds).map(ago).unwrap_or_else(|| "–".into())) }
                                 td { @if let Some(j) = b.bullmq { (j.active) " / " (j.delayed) " / " (j.completed) " / " (j.failed) } @else { "–" } }
+                                td { @if let Some(h) = b.broker { (h.summary()) } @else { "–" } }
                             }
-                            Err(e) => { td.error colspan="6" { (e) } }
+                            Err(e) => { td.error colspan="7" { (e) } }
                         }
                     }
                 }

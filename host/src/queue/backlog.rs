@@ -3,7 +3,8 @@
 //!
 //! Owns [`QueueBacklog`] and its reads: for a streams queue its length, memory, trim counts and
 //! (with [`queue_backlogs_with_consumers`]) what the receivers' consumer group has not finished;
-//! for a BullMQ queue its job counts as `Queue.getJobCounts` counts them. The keys and field
+//! for a BullMQ queue its job counts as `Queue.getJobCounts` counts them; for a NATS or
+//! RabbitMQ queue what the hosts counted of its hand-offs ([`BrokerHandoffs`]). The keys and field
 //! names are the tree's ([`super::QueueKeys`], [`super::bullmq::key`],
 //! [`super::streams::trim_field`]). Every queue's reads go in one pipeline on one node (one per
 //! queue on a cluster). It only reads: it never writes a key or changes an entry.
@@ -11,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::bullmq::key as bull_key;
+use super::keys::broker_field;
 use super::streams::trim_field;
 use super::{BullmqQueueKeys, KeyLayout, QueueKeys, CONSUMER_GROUP};
 use crate::config::{RoutesFile, SinkKind};
@@ -26,6 +28,9 @@ pub struct QueueBacklog {
     /// jobs waiting for a worker (`wait`, `paused` and `prioritized`). NATS and RabbitMQ: 0,
     /// the broker holds the messages (its own tools tell what waits).
     pub waiting: u64,
+    /// NATS and RabbitMQ only: what the hosts counted of the messages they handed over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker: Option<BrokerHandoffs>,
     /// BullMQ only: jobs being processed, delayed (including retries in backoff), completed
     /// and failed, as `Queue.getJobCounts` counts them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +73,49 @@ impl TrimmedCounts {
             }
         }
         (counts.entries > 0).then_some(counts)
+    }
+}
+
+/// What the hosts counted of a broker queue's hand-offs, since the queue's first (summed over
+/// every host; see [`super::keys::broker_field`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct BrokerHandoffs {
+    /// Messages published.
+    pub published: u64,
+    /// Of those, acknowledged or confirmed as stored by the broker.
+    pub confirmed: u64,
+    /// Of those, dropped by JetStream as a re-publish of a message it had.
+    pub duplicates: u64,
+    /// Of those, refused (a missing destination, unroutable, too large).
+    pub failed: u64,
+    /// Of those, not answered (a blip; handed off again).
+    pub unavailable: u64,
+}
+
+impl BrokerHandoffs {
+    /// The counts from the hash's fields.
+    fn from_fields(fields: HashMap<String, u64>) -> Self {
+        let get = |name: &str| fields.get(name).copied().unwrap_or(0);
+        Self {
+            published: get(broker_field::PUBLISHED),
+            confirmed: get(broker_field::CONFIRMED),
+            duplicates: get(broker_field::DUPLICATES),
+            failed: get(broker_field::FAILED),
+            unavailable: get(broker_field::UNAVAILABLE),
+        }
+    }
+
+    /// `published / confirmed / failed` (with duplicates and blips when there were any), for
+    /// tables.
+    pub fn summary(&self) -> String {
+        let mut text = format!("{} / {} / {}", self.published, self.confirmed, self.failed);
+        if self.duplicates > 0 {
+            text.push_str(&format!(", {} duplicates", self.duplicates));
+        }
+        if self.unavailable > 0 {
+            text.push_str(&format!(", {} unanswered", self.unavailable));
+        }
+        text
     }
 }
 
@@ -128,8 +176,10 @@ pub async fn queue_backlogs(
                 pipe.cmd(command).arg(bull.key(suffix));
             }
         }
-        // The broker holds these queues' messages: nothing to read in Redis.
-        SinkKind::Nats | SinkKind::Rabbitmq => {}
+        // The broker holds these queues' messages; Redis holds what the hosts counted.
+        SinkKind::Nats | SinkKind::Rabbitmq => {
+            pipe.cmd("HGETALL").arg(keys.broker_handoffs(queue));
+        }
     };
     let replies: Vec<redis::Value> = match keys.layout() {
         // One round trip for every queue.
@@ -162,6 +212,7 @@ pub async fn queue_backlogs(
                 queue: queue.clone(),
                 sink: SinkKind::Streams,
                 waiting: number(reply()),
+                broker: None,
                 bullmq: None,
                 consumers: None,
                 memory_bytes: redis::from_redis_value::<Option<u64>>(&reply()).unwrap_or(None),
@@ -173,6 +224,7 @@ pub async fn queue_backlogs(
                 queue: queue.clone(),
                 sink: SinkKind::Bullmq,
                 waiting: number(reply()) + number(reply()) + number(reply()),
+                broker: None,
                 bullmq: Some(BullmqCounts {
                     active: number(reply()),
                     delayed: number(reply()),
@@ -187,6 +239,9 @@ pub async fn queue_backlogs(
                 queue: queue.clone(),
                 sink,
                 waiting: 0,
+                broker: Some(BrokerHandoffs::from_fields(
+                    redis::from_redis_value(&reply()).unwrap_or_default(),
+                )),
                 bullmq: None,
                 consumers: None,
                 memory_bytes: None,

@@ -140,6 +140,15 @@ impl QueueKeys {
         }
     }
 
+    /// A broker queue's hand-off counts (a hash, its fields in [`broker_field`]), summed over
+    /// every host: `{prefix}outbox:broker:{queue}` (on a cluster `{{prefix}{queue}}:outbox:broker`).
+    pub fn broker_handoffs(&self, queue: &str) -> String {
+        match self.layout {
+            KeyLayout::Classic => format!("{}outbox:broker:{}", self.prefix, queue),
+            KeyLayout::Slotted => self.in_queue_slot(queue, format_args!(":outbox:broker")),
+        }
+    }
+
     /// A queue's rate limit window (a hash: `opened`, `used`; expires with the window):
     /// `{prefix}outbox:rate:{queue}` (on a cluster `{{prefix}{queue}}:outbox:rate`).
     pub fn rate_limit(&self, queue: &str) -> String {
@@ -258,6 +267,22 @@ fn push_encoded(out: &mut String, plugin: &str) {
             c => out.push(c),
         }
     }
+}
+
+/// The fields of a broker queue's hand-off counts ([`QueueKeys::broker_handoffs`]): what the
+/// hosts know of the messages they handed to NATS JetStream or RabbitMQ.
+pub mod broker_field {
+    /// Messages published (each hand-off tried, a repeated one included).
+    pub const PUBLISHED: &str = "published";
+    /// Of those, acknowledged or confirmed by the broker as stored.
+    pub const CONFIRMED: &str = "confirmed";
+    /// Of those, dropped by JetStream as a duplicate of a message it had (a re-publish).
+    pub const DUPLICATES: &str = "duplicates";
+    /// Of those, refused: a missing stream or exchange, a message returned unroutable, too
+    /// large (counted as the event's attempt).
+    pub const FAILED: &str = "failed";
+    /// Of those, not answered: a blip (handed off again, no attempt counted).
+    pub const UNAVAILABLE: &str = "unavailable";
 }
 
 #[cfg(test)]

@@ -27,8 +27,8 @@ pub mod receipt;
 pub mod streams;
 
 pub use backlog::{
-    queue_backlogs, queue_backlogs_with_consumers, stalled_and_dead, BullmqCounts, QueueBacklog,
-    StalledAndDead, StreamConsumers, TrimmedCounts,
+    queue_backlogs, queue_backlogs_with_consumers, stalled_and_dead, BrokerHandoffs, BullmqCounts,
+    QueueBacklog, StalledAndDead, StreamConsumers, TrimmedCounts,
 };
 pub use bullmq::{job_data, BullmqQueueKeys};
 pub use entry::{field, QueueEntry};

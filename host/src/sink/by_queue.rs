@@ -8,6 +8,7 @@
 //! dispatcher sees one [`Sink`]; a new broker is one new module and one arm here. It never
 //! builds a key, a job or a message itself.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use super::{
     RedisSink, Sink, SinkError,
 };
 use crate::config::{RoutesFile, Settings, SinkKind};
+use crate::queue::keys::broker_field;
 
 /// Every sink kind, chosen per queue: the Redis ones on the host's Redis, the brokers on
 /// theirs.
@@ -133,15 +135,74 @@ impl QueueSinks {
         match kind {
             SinkKind::Streams => self.streams.enqueue_with(items, routes).await,
             SinkKind::Bullmq => self.bullmq.enqueue_with(items, routes).await,
-            SinkKind::Nats => match &self.nats {
-                Some(nats) => nats.enqueue_with(items, routes).await,
-                None => not_connected(items, "nats", "OUTBOX_NATS_URL"),
-            },
-            SinkKind::Rabbitmq => match &self.rabbitmq {
-                Some(rabbitmq) => rabbitmq.enqueue_with(items, routes).await,
-                None => not_connected(items, "rabbitmq", "OUTBOX_RABBITMQ_URL"),
-            },
+            SinkKind::Nats => {
+                let results = match &self.nats {
+                    Some(nats) => nats.enqueue_with(items, routes).await,
+                    None => not_connected(items, "nats", "OUTBOX_NATS_URL"),
+                };
+                self.count_broker_handoffs(kind, items, &results);
+                results
+            }
+            SinkKind::Rabbitmq => {
+                let results = match &self.rabbitmq {
+                    Some(rabbitmq) => rabbitmq.enqueue_with(items, routes).await,
+                    None => not_connected(items, "rabbitmq", "OUTBOX_RABBITMQ_URL"),
+                };
+                self.count_broker_handoffs(kind, items, &results);
+                results
+            }
         }
+    }
+
+    /// Count a broker batch's hand-offs per queue: in `outbox_broker_messages_total{sink,
+    /// queue, outcome}` and, summed over every host for `outbox stats` and the console, in the
+    /// queue's hand-off counts hash on Redis (written in the background: a statistic never
+    /// holds a batch back, and a lost write only loses a count).
+    fn count_broker_handoffs(
+        &self,
+        kind: SinkKind,
+        items: &[Enqueue<'_>],
+        results: &[EnqueueResult],
+    ) {
+        let mut per_queue: BTreeMap<&str, BTreeMap<&'static str, u64>> = BTreeMap::new();
+        for (item, result) in items.iter().zip(results) {
+            let counts = per_queue.entry(item.queue).or_default();
+            let mut add = |field: &'static str| *counts.entry(field).or_default() += 1;
+            add(broker_field::PUBLISHED);
+            match result {
+                EnqueueResult::Added(_) => add(broker_field::CONFIRMED),
+                EnqueueResult::AlreadyEnqueued(_) => {
+                    add(broker_field::CONFIRMED);
+                    add(broker_field::DUPLICATES);
+                }
+                EnqueueResult::Failed(_) => add(broker_field::FAILED),
+                EnqueueResult::Unavailable { .. } => add(broker_field::UNAVAILABLE),
+            }
+        }
+        let keys = self.streams.keys();
+        let mut pipe = redis::pipe();
+        for (queue, counts) in &per_queue {
+            for (field, n) in counts {
+                metrics::counter!(
+                    "outbox_broker_messages_total",
+                    "sink" => kind.as_str(),
+                    "queue" => queue.to_string(),
+                    "outcome" => *field
+                )
+                .increment(*n);
+                pipe.cmd("HINCRBY")
+                    .arg(keys.broker_handoffs(queue))
+                    .arg(*field)
+                    .arg(*n)
+                    .ignore();
+            }
+        }
+        let mut conn = self.streams.connection().clone();
+        tokio::spawn(async move {
+            if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+                tracing::debug!(error = %e, "broker hand-off counts not written");
+            }
+        });
     }
 
     /// Check that every sink this host connected answers.
