@@ -33,6 +33,7 @@ use clap::{Parser, ValueEnum};
 use outbox_host::config::Config;
 use serde::Serialize;
 
+mod brokers;
 mod bullmq;
 mod churn;
 mod claim_cost;
@@ -193,6 +194,9 @@ enum Section {
     Ordered,
     /// Dispatch throughput into BullMQ's job format against the same events into a stream.
     Bullmq,
+    /// Dispatch throughput into NATS JetStream and into RabbitMQ against the same events into
+    /// a stream.
+    Brokers,
     /// The end-to-end run on a Redis Cluster against one Redis node.
     Cluster,
     Console,
@@ -219,6 +223,7 @@ async fn main() -> anyhow::Result<()> {
         || run(Section::Latency)
         || run(Section::Ordered)
         || run(Section::Bullmq)
+        || run(Section::Brokers)
         || run(Section::Churn)
     {
         true => Some(common::serving_router(&config, &settings).await?),
@@ -232,6 +237,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let (true, Some(router)) = (run(Section::Bullmq), &serving) {
         bullmq::run(&args, &mut report, &config, &pool, &settings, router).await?;
+    }
+    if let (true, Some(router)) = (run(Section::Brokers), &serving) {
+        brokers::run(&args, &mut report, &config, &pool, &settings, router).await?;
     }
     if run(Section::Plugins) {
         plugins::run(&args, &mut report, &config, &pool, &settings).await?;
