@@ -398,3 +398,62 @@ grants = { publish = ["audit."] }
     );
     assert!(!stderr.contains("outbox.mail"), "{stderr}");
 }
+
+#[test]
+fn cli_routes_which_names_a_broker_queues_stream_or_exchange() {
+    let file = std::env::temp_dir().join(format!(
+        "outbox-cli-brokers-{}-routes.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &file,
+        r#"
+[routes]
+"order." = ["orders.nats", "orders.rabbit"]
+[router]
+plugin = "native"
+[queues."orders.nats"]
+sink = "nats"
+nats = { stream = "ORDERS" }
+[queues."orders.rabbit"]
+sink = "rabbitmq"
+rabbitmq = { exchange = "outbox", routing_key = "orders" }
+[policy]
+plugin = "deny-all"
+"#,
+    )
+    .unwrap();
+    let which = |nats_url: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_outbox"));
+        command
+            .args(["routes", "which", "order.placed"])
+            .env("DATABASE_URL", "postgres://unused")
+            .env("OUTBOX_CONFIG", &file)
+            .env("OUTBOX_PLUGIN_DIR", repo_path("plugins/dist"))
+            .env("OUTBOX_RABBITMQ_URL", "amqp://127.0.0.1:5672/%2f")
+            .env("RUST_LOG", "warn");
+        match nats_url {
+            Some(url) => command.env("OUTBOX_NATS_URL", url),
+            None => command.env_remove("OUTBOX_NATS_URL"),
+        };
+        command.output().expect("run outbox")
+    };
+    let out = which(Some("nats://127.0.0.1:4222"));
+    assert!(out.status.success(), "{}", cli_error(&out));
+    assert_eq!(
+        text(&out).0.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  orders.nats: sink nats (stream ORDERS, subject orders.nats), read by the broker's consumers",
+            "  orders.rabbit: sink rabbitmq (exchange outbox, routing key orders), read by the broker's consumers",
+        ]
+    );
+    // Without the broker's URL the routes file fails its check, naming the setting.
+    let out = which(None);
+    assert!(!out.status.success());
+    assert!(
+        cli_error(&out).contains("needs OUTBOX_NATS_URL"),
+        "{}",
+        cli_error(&out)
+    );
+    let _ = std::fs::remove_file(&file);
+}

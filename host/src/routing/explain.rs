@@ -38,11 +38,15 @@ pub struct RouteExplanation {
 pub struct QueueConsumer {
     /// The queue.
     pub queue: String,
-    /// Where its events go: `streams` (the host's receivers) or `bullmq` (BullMQ workers).
+    /// Where its events go: `streams` (the host's receivers), `bullmq` (BullMQ workers),
+    /// `nats` or `rabbitmq` (the broker's consumers).
     pub sink: SinkKind,
     /// For a `bullmq` queue: its prefix, job id template and job options, in one line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bullmq: Option<String>,
+    /// For a `nats` or `rabbitmq` queue: its stream and subject, or exchange and routing key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker: Option<String>,
     /// The handler bound to it in `[handlers]` (`None`: no handler of this host runs it).
     pub handler: Option<String>,
     /// The queue groups that list it.
@@ -63,6 +67,17 @@ impl std::fmt::Display for RouteExplanation {
             _ => {}
         }
         for consumer in &self.consumers {
+            if let Some(broker) = &consumer.broker {
+                write!(
+                    f,
+                    "\n  {}: sink {} ({broker}), read by the broker's consumers",
+                    consumer.queue, consumer.sink
+                )?;
+                if let Some(handler) = &consumer.handler {
+                    write!(f, "; handler {handler} drains what is left in its stream")?;
+                }
+                continue;
+            }
             if let Some(bullmq) = &consumer.bullmq {
                 write!(
                     f,
@@ -84,6 +99,29 @@ impl std::fmt::Display for RouteExplanation {
             }
         }
         Ok(())
+    }
+}
+
+/// A `nats` or `rabbitmq` queue's destination in one line.
+fn broker_destination(routes: &RoutesFile, queue: &str) -> Option<String> {
+    let spec = routes.queues.get(queue)?;
+    match spec.sink {
+        SinkKind::Nats => spec
+            .nats
+            .as_ref()
+            .map(|n| format!("stream {}, subject {}", n.stream, n.subject_for(queue))),
+        SinkKind::Rabbitmq => spec.rabbitmq.as_ref().map(|r| {
+            let exchange = if r.exchange.is_empty() {
+                "the default exchange"
+            } else {
+                r.exchange.as_str()
+            };
+            format!(
+                "exchange {exchange}, routing key {}",
+                r.routing_key_for(queue)
+            )
+        }),
+        SinkKind::Streams | SinkKind::Bullmq => None,
     }
 }
 
@@ -117,6 +155,7 @@ pub async fn explain_route(
             sink: routes.sink_of(queue),
             bullmq: (routes.sink_of(queue) == SinkKind::Bullmq)
                 .then(|| routes.bullmq_options(queue).summary()),
+            broker: broker_destination(routes, queue),
             handler: routes.handlers.get(queue).cloned(),
             queue_groups: routes
                 .queue_groups

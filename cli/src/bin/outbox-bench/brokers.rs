@@ -1,7 +1,7 @@
 //! Brokers section: the dispatcher's throughput into NATS JetStream and into RabbitMQ against
 //! the same dispatcher into Redis Streams, in the same run: `--events` `mail.welcome` events
 //! dispatched once with `outbox.mail` a stream, once with `sink = "nats"` (a stream the bench
-//! makes, `OUTBOX_BENCH`, file storage, a 10-minute duplicate window) and once with
+//! makes anew each round, `OUTBOX_BENCH`, file storage, a 10-minute duplicate window) and once with
 //! `sink = "rabbitmq"` (an exchange and a durable queue the bench makes, `outbox-bench`), all
 //! through [`QueueSinks`], the production sink, with the destinations checked as at a host's
 //! start. Each broker run is then checked to hold one message per event. The brokers are
@@ -175,15 +175,6 @@ impl Brokers {
             .await
             .with_context(|| format!("connect to NATS at {nats_url}"))?;
         let jetstream = jetstream::new(client);
-        jetstream
-            .get_or_create_stream(jetstream::stream::Config {
-                name: STREAM.into(),
-                subjects: vec![SUBJECT.into()],
-                duplicate_window: Duration::from_secs(600),
-                ..Default::default()
-            })
-            .await
-            .context("make the bench's JetStream stream")?;
         let amqp_url = settings.rabbitmq_url.as_deref().unwrap_or_default();
         let amqp = lapin::Connection::connect(amqp_url, Default::default())
             .await
@@ -226,10 +217,21 @@ impl Brokers {
         })
     }
 
-    /// Empty the stream and the queue.
+    /// A new stream, and the queue emptied. The stream is made again rather than purged: a
+    /// purge keeps the message ids of its duplicate window, and every round's events have the
+    /// same ids (the bench empties the event table), so they would all be dropped as
+    /// re-publishes.
     async fn empty(&self) -> anyhow::Result<()> {
-        let stream = self.jetstream.get_stream(STREAM).await?;
-        stream.purge().await.context("purge the bench's stream")?;
+        let _ = self.jetstream.delete_stream(STREAM).await;
+        self.jetstream
+            .create_stream(jetstream::stream::Config {
+                name: STREAM.into(),
+                subjects: vec![SUBJECT.into()],
+                duplicate_window: Duration::from_secs(600),
+                ..Default::default()
+            })
+            .await
+            .context("make the bench's JetStream stream")?;
         self.channel
             .queue_purge(EXCHANGE.into(), QueuePurgeOptions::default())
             .await?;
