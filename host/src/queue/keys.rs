@@ -141,7 +141,8 @@ impl QueueKeys {
     }
 
     /// A broker queue's hand-off counts (a hash, its fields in [`broker_field`]), summed over
-    /// every host: `{prefix}outbox:broker:{queue}` (on a cluster `{{prefix}{queue}}:outbox:broker`).
+    /// every host: `{prefix}outbox:broker:{queue}` (on a cluster
+    /// `{{prefix}{queue}}:outbox:broker`).
     pub fn broker_handoffs(&self, queue: &str) -> String {
         match self.layout {
             KeyLayout::Classic => format!("{}outbox:broker:{}", self.prefix, queue),
