@@ -62,6 +62,11 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Pending events older than 60 s, as the alert check saw them.",
     ),
     (
+        "outbox_broker_messages_total",
+        MetricKind::Counter,
+        "Messages handed to NATS JetStream or RabbitMQ, by sink, queue and outcome (published, confirmed, duplicates, failed, unavailable).",
+    ),
+    (
         "outbox_capability_checks_total",
         MetricKind::Counter,
         "Capability checks made for plugin host calls, by capability.",
@@ -134,7 +139,7 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
     (
         "outbox_infra_retries_total",
         MetricKind::Counter,
-        "Retries after a PostgreSQL or Redis blip (no attempt counted), by service and stage.",
+        "Retries after a PostgreSQL, Redis, NATS or RabbitMQ blip (no attempt counted), by service and stage.",
     ),
     (
         "outbox_invoke_jobs_refused_total",
