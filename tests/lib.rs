@@ -7,12 +7,18 @@
     reason = "tests read and write PostgreSQL and Redis directly to check the host"
 )]
 
+pub mod broker_fixtures;
 pub mod browser;
 pub mod bullmq_app;
+pub mod dispatcher_process;
+mod outage_proxy;
+
+pub use broker_fixtures::{nats_url, rabbitmq_url};
+pub use outage_proxy::OutageProxy;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use outbox_host::config::{Config, RoutesFile, Settings, DEFAULT_ROUTES_TOML};
@@ -22,7 +28,6 @@ use outbox_host::sink::RedisSink;
 use outbox_host::{publish, Host, NewEvent};
 use redis::AsyncCommands;
 use sqlx::PgPool;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// A dispatcher and the receivers of every handler-bound queue of a config, as one host runs
@@ -88,17 +93,6 @@ pub async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut(
 /// Redis used by the tests (`REDIS_URL`, default local).
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-}
-
-/// The NATS server with JetStream of the broker tests (`OUTBOX_NATS_URL`, default the local one).
-pub fn nats_url() -> String {
-    std::env::var("OUTBOX_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-}
-
-/// The RabbitMQ of the broker tests (`OUTBOX_RABBITMQ_URL`, default the local one as guest).
-pub fn rabbitmq_url() -> String {
-    std::env::var("OUTBOX_RABBITMQ_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
 /// The test Redis Cluster (`scripts/redis-cluster.sh`: 3 primaries with a replica each on
@@ -408,12 +402,7 @@ impl TestEnv {
 
     /// The URL of this test's database (for child processes).
     pub async fn database_url(&self) -> String {
-        let db: String = sqlx::query_scalar("SELECT current_database()")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap();
-        let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-        outbox_host::store::with_database(&base, &db)
+        dispatcher_process::pool_database_url(&self.pool).await
     }
 
     /// Make every pending event due now (skip the backoff wait).
@@ -445,136 +434,6 @@ impl TestEnv {
         } else if !keys.is_empty() {
             let _: Result<(), _> = conn.del(keys).await;
         }
-    }
-}
-
-/// A TCP proxy in front of Redis or PostgreSQL that can be cut (connections dropped, port
-/// closed) and restored on the same port: a real outage as the host sees it.
-pub struct OutageProxy {
-    port: u16,
-    target: String,
-    state: Arc<Mutex<Option<JoinHandle<()>>>>,
-    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl OutageProxy {
-    /// Start a proxy to the local Redis on a free port.
-    pub async fn redis() -> Self {
-        Self::start(url_host_port(&redis_url(), 6379)).await
-    }
-
-    /// Start a proxy to the local NATS server on a free port.
-    pub async fn nats() -> Self {
-        Self::start(url_host_port(&nats_url(), 4222)).await
-    }
-
-    /// Start a proxy to the local RabbitMQ on a free port.
-    pub async fn rabbitmq() -> Self {
-        Self::start(url_host_port(&rabbitmq_url(), 5672)).await
-    }
-
-    /// Start a proxy to the local PostgreSQL on a free port.
-    pub async fn postgres() -> Self {
-        let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-        Self::start(url_host_port(&url, 5432)).await
-    }
-
-    async fn start(target: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let proxy = Self {
-            port,
-            target,
-            state: Arc::default(),
-            conns: Arc::default(),
-        };
-        proxy.serve(listener);
-        proxy
-    }
-
-    /// `redis://127.0.0.1:PORT/` of the proxy.
-    pub fn redis_url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// `nats://127.0.0.1:PORT` of the proxy.
-    pub fn nats_url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// `url` (a RabbitMQ URL, `amqp://user:pass@host:port/vhost`) pointed at the proxy.
-    pub fn amqp_url(&self, url: &str) -> String {
-        self.postgres_url(url)
-    }
-
-    /// `url` (a PostgreSQL URL, or any `scheme://[user[:pass]@]host[:port][/path]`) pointed at
-    /// the proxy instead.
-    pub fn postgres_url(&self, url: &str) -> String {
-        let (scheme, rest) = url.split_once("://").unwrap();
-        let (creds, rest) = match rest.rsplit_once('@') {
-            Some((c, r)) => (format!("{c}@"), r),
-            None => (String::new(), rest),
-        };
-        let path = rest.find('/').map(|i| &rest[i..]).unwrap_or("");
-        format!("{scheme}://{creds}127.0.0.1:{}{path}", self.port)
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let target = self.target.clone();
-        let conns = self.conns.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                let target = target.clone();
-                let handle = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                conns.lock().unwrap().push(handle);
-            }
-        });
-        *self.state.lock().unwrap() = Some(task);
-    }
-
-    /// Cut Redis off: close the port and drop every open connection.
-    pub fn cut(&self) {
-        if let Some(task) = self.state.lock().unwrap().take() {
-            task.abort();
-        }
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.abort();
-        }
-    }
-
-    /// Bring Redis back on the same port.
-    pub async fn restore(&self) {
-        let mut tries = 0;
-        let listener = loop {
-            match TcpListener::bind(("127.0.0.1", self.port)).await {
-                Ok(l) => break l,
-                Err(e) if tries < 50 => {
-                    tries += 1;
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("rebind proxy port {}: {e}", self.port),
-            }
-        };
-        self.serve(listener);
-    }
-}
-
-fn url_host_port(url: &str, default_port: u16) -> String {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
-    let hp = rest.split(['/', '?']).next().unwrap_or("127.0.0.1");
-    if hp.contains(':') {
-        hp.to_string()
-    } else {
-        format!("{hp}:{default_port}")
     }
 }
 

@@ -12,76 +12,44 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use sqlx::PgPool;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
+use outbox_tests::broker_fixtures;
+use outbox_tests::dispatcher_process::{pool_database_url, spawn_dispatcher};
 use outbox_tests::{nats_url, rabbitmq_url};
 
 /// Events the producers commit.
 const EVENTS: i64 = 2000;
 
-/// The database URL of a `sqlx::test` pool.
-async fn pool_url(pool: &PgPool) -> String {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let (root, _) = base.rsplit_once('/').unwrap();
-    format!("{root}/{db}")
-}
-
-/// `outbox run --dispatcher-only` on `dir/routes.toml` with a short claim lease, logging into
+/// `outbox run --dispatcher-only` on `dir/routes.toml` with both brokers' URLs, logging into
 /// `dir/host.log`.
 fn start_host(db_url: &str, dir: &Path, prefix: &str) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("host.log"))
-        .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    for var in outbox_host::config::Settings::ENV_VARS {
-        command.env_remove(var);
-    }
-    command
-        .args(["run", "--dispatcher-only"])
-        .env("DATABASE_URL", db_url)
-        .env("REDIS_URL", outbox_tests::redis_url())
-        .env("OUTBOX_NATS_URL", nats_url())
-        .env("OUTBOX_RABBITMQ_URL", rabbitmq_url())
-        .env("OUTBOX_REDIS_PREFIX", prefix)
-        .env("OUTBOX_CONFIG", dir.join("routes.toml"))
-        .env("OUTBOX_PLUGIN_DIR", dir)
-        .env("OUTBOX_HTTP_ADDR", "")
-        .env("OUTBOX_CLAIM_LEASE_MS", "1500")
-        .env("OUTBOX_DISPATCH_INTERVAL_MS", "100")
-        .env("OUTBOX_DISPATCH_BATCH_SIZE", "50")
-        .env("RUST_LOG", "warn,outbox_host::host=info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox run")
+    spawn_dispatcher(
+        env!("CARGO_BIN_EXE_outbox"),
+        db_url,
+        dir,
+        prefix,
+        &dir.join("host.log"),
+        &[
+            ("OUTBOX_NATS_URL", nats_url()),
+            ("OUTBOX_RABBITMQ_URL", rabbitmq_url()),
+        ],
+    )
 }
 
 /// Commit [`EVENTS`] events in batches (every fifth an `order.placed`, which fans out to the
 /// audit queue too) while the host is SIGKILLed twice and started again; then wait until every
 /// event is `done`. Returns how many events the killed hosts had claimed and not recorded.
 async fn produce_through_two_kills(pool: &PgPool, dir: &Path, prefix: &str) -> i64 {
-    let db_url = pool_url(pool).await;
+    let db_url = pool_database_url(pool).await;
     let mut host = start_host(&db_url, dir, prefix);
     let mut in_flight = 0;
     for batch in 0..20 {
@@ -219,16 +187,14 @@ plugin = "deny-all"
         ),
     )
     .unwrap();
-    let js = jetstream::new(async_nats::connect(nats_url()).await.unwrap());
-    let stream = js
-        .create_stream(jetstream::stream::Config {
-            name: stream_name.clone(),
-            subjects: vec![format!("kill.{id}.>")],
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let js = broker_fixtures::jetstream().await;
+    let stream = broker_fixtures::create_stream(
+        &js,
+        &stream_name,
+        &[format!("kill.{id}.>")],
+        Duration::from_secs(120),
+    )
+    .await;
     // A consumer reading all along, acknowledging each message, as an application would.
     let consumer = stream
         .create_consumer(jetstream::consumer::pull::Config {
@@ -311,43 +277,15 @@ plugin = "deny-all"
         ),
     )
     .unwrap();
-    let amqp = lapin::Connection::connect(&rabbitmq_url(), Default::default())
-        .await
-        .unwrap();
-    let channel = amqp.create_channel().await.unwrap();
-    channel
-        .exchange_declare(
-            exchange.as_str().into(),
-            lapin::ExchangeKind::Direct,
-            ExchangeDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let (_amqp, channel) = broker_fixtures::amqp_channel().await;
     let rabbit_queue = format!("kill.{id}");
-    channel
-        .queue_declare(
-            rabbit_queue.as_str().into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    for key in ["kill.mail", "kill.audit"] {
-        channel
-            .queue_bind(
-                rabbit_queue.as_str().into(),
-                exchange.as_str().into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-    }
+    broker_fixtures::declare_bound_queue(
+        &channel,
+        &exchange,
+        &rabbit_queue,
+        &["kill.mail", "kill.audit"],
+    )
+    .await;
     // A consumer reading all along, acknowledging each delivery.
     let mut consumer = channel
         .basic_consume(
@@ -405,10 +343,5 @@ plugin = "deny-all"
         expected.len(),
         copies - expected.len()
     );
-    let _ = channel
-        .queue_delete(rabbit_queue.as_str().into(), QueueDeleteOptions::default())
-        .await;
-    let _ = channel
-        .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
-        .await;
+    broker_fixtures::delete_exchange_and_queues(&channel, &exchange, &[rabbit_queue]).await;
 }

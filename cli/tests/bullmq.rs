@@ -9,59 +9,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outbox_tests::bullmq_app::{remove_bullmq_prefix, BullmqApp};
+use outbox_tests::dispatcher_process::{pool_database_url, spawn_dispatcher};
 use sqlx::PgPool;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-/// The database URL of a `sqlx::test` pool.
-async fn pool_url(pool: &PgPool) -> String {
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let (root, _) = base.rsplit_once('/').unwrap();
-    format!("{root}/{db}")
-}
-
-/// `outbox run --dispatcher-only` on `routes` with a short claim lease, logging into `log`.
+/// `outbox run --dispatcher-only` on `dir/routes.toml`, logging into `log`.
 fn start_host(db_url: &str, dir: &std::path::Path, prefix: &str, log: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    for var in outbox_host::config::Settings::ENV_VARS {
-        command.env_remove(var);
-    }
-    command
-        .args(["run", "--dispatcher-only"])
-        .env("DATABASE_URL", db_url)
-        .env("REDIS_URL", outbox_tests::redis_url())
-        .env("OUTBOX_REDIS_PREFIX", prefix)
-        .env("OUTBOX_CONFIG", dir.join("routes.toml"))
-        .env("OUTBOX_PLUGIN_DIR", dir)
-        .env("OUTBOX_HTTP_ADDR", "")
-        .env("OUTBOX_CLAIM_LEASE_MS", "1500")
-        .env("OUTBOX_DISPATCH_INTERVAL_MS", "100")
-        .env("OUTBOX_DISPATCH_BATCH_SIZE", "50")
-        .env("RUST_LOG", "warn,outbox_host::host=info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox run")
+    spawn_dispatcher(env!("CARGO_BIN_EXE_outbox"), db_url, dir, prefix, log, &[])
 }
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_killed_and_restarted_host_hands_each_event_to_bullmq_workers_exactly_once(pool: PgPool) {
-    let db_url = pool_url(&pool).await;
+    let db_url = pool_database_url(&pool).await;
     let dir = tempfile::tempdir().unwrap();
     let bull = format!("bullkill-{}", uuid::Uuid::new_v4().simple());
     let host_prefix = format!("test:{}:", uuid::Uuid::new_v4().simple());

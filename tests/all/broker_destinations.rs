@@ -9,11 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
-};
-use lapin::types::FieldTable;
+use lapin::options::BasicGetOptions;
 use outbox_host::config::{Config, RoutesFile, Settings, SinkKind};
 use outbox_host::live_config::{LiveConfig, ReloadOutcome};
 use outbox_host::publish::NewEvent;
@@ -23,6 +19,7 @@ use outbox_host::Host;
 use serde_json::json;
 use sqlx::PgPool;
 
+use outbox_tests::broker_fixtures::{self, amqp_channel, jetstream};
 use outbox_tests::{nats_url, rabbitmq_url, PluginFixture, TestEnv};
 
 /// One test's names on the brokers.
@@ -76,78 +73,30 @@ fn settings(env: &TestEnv) -> Settings {
     }
 }
 
-async fn jetstream() -> jetstream::Context {
-    jetstream::new(async_nats::connect(nats_url()).await.unwrap())
-}
-
 async fn create_stream(js: &jetstream::Context, names: &Names, window: Duration) {
-    let _ = js.delete_stream(&names.stream).await;
-    js.create_stream(jetstream::stream::Config {
-        name: names.stream.clone(),
-        subjects: vec![names.subject.clone()],
-        duplicate_window: window,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-}
-
-async fn amqp_channel() -> (lapin::Connection, lapin::Channel) {
-    let connection = lapin::Connection::connect(&rabbitmq_url(), Default::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    (connection, channel)
+    broker_fixtures::create_stream(
+        js,
+        &names.stream,
+        std::slice::from_ref(&names.subject),
+        window,
+    )
+    .await;
 }
 
 /// Declare the exchange and a queue bound to it by `tasks`.
 async fn declare_exchange(channel: &lapin::Channel, names: &Names) {
-    channel
-        .exchange_declare(
-            names.exchange.as_str().into(),
-            lapin::ExchangeKind::Direct,
-            ExchangeDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    channel
-        .queue_declare(
-            names.rabbit_queue.as_str().into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    channel
-        .queue_bind(
-            names.rabbit_queue.as_str().into(),
-            names.exchange.as_str().into(),
-            "tasks".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    broker_fixtures::declare_bound_queue(channel, &names.exchange, &names.rabbit_queue, &["tasks"])
+        .await;
 }
 
 async fn cleanup(js: &jetstream::Context, channel: &lapin::Channel, names: &Names) {
     let _ = js.delete_stream(&names.stream).await;
-    let _ = channel
-        .queue_delete(
-            names.rabbit_queue.as_str().into(),
-            QueueDeleteOptions::default(),
-        )
-        .await;
-    let _ = channel
-        .exchange_delete(
-            names.exchange.as_str().into(),
-            ExchangeDeleteOptions::default(),
-        )
-        .await;
+    broker_fixtures::delete_exchange_and_queues(
+        channel,
+        &names.exchange,
+        std::slice::from_ref(&names.rabbit_queue),
+    )
+    .await;
 }
 
 /// The error assembling a dispatcher from `routes` gives, if any.

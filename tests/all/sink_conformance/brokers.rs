@@ -6,15 +6,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
-};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::options::BasicGetOptions;
+use lapin::types::AMQPValue;
 use outbox_host::store::ClaimedEvent;
 use serde_json::Value;
 
-use outbox_tests::{nats_url, rabbitmq_url};
+use outbox_tests::broker_fixtures;
 
 /// One test's destinations on the brokers: a stream taking `conf.<id>.>` and an exchange
 /// `conf.<id>` with one durable queue per suite queue, bound by the queue name.
@@ -33,58 +30,20 @@ pub struct BrokerWorld {
 impl BrokerWorld {
     /// Make the stream and the exchange with a queue per name in `queues`.
     pub async fn new(id: &str, queues: &[&str]) -> Self {
-        let client = async_nats::connect(nats_url())
-            .await
-            .expect("NATS with JetStream at OUTBOX_NATS_URL must be running for the tests");
-        let jetstream = jetstream::new(client);
+        let jetstream = broker_fixtures::jetstream().await;
         let stream = format!("CONF_{id}");
-        jetstream
-            .create_stream(jetstream::stream::Config {
-                name: stream.clone(),
-                subjects: vec![format!("conf.{id}.>")],
-                duplicate_window: Duration::from_secs(600),
-                max_age: Duration::from_secs(3600),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let amqp = lapin::Connection::connect(&rabbitmq_url(), Default::default())
-            .await
-            .expect("RabbitMQ at OUTBOX_RABBITMQ_URL must be running for the tests");
-        let channel = amqp.create_channel().await.unwrap();
+        broker_fixtures::create_stream(
+            &jetstream,
+            &stream,
+            &[format!("conf.{id}.>")],
+            Duration::from_secs(600),
+        )
+        .await;
+        let (amqp, channel) = broker_fixtures::amqp_channel().await;
         let exchange = format!("conf.{id}");
-        channel
-            .exchange_declare(
-                exchange.as_str().into(),
-                lapin::ExchangeKind::Direct,
-                ExchangeDeclareOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
         for queue in queues {
             let name = format!("conf.{id}.{queue}");
-            channel
-                .queue_declare(
-                    name.as_str().into(),
-                    QueueDeclareOptions {
-                        durable: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
-            channel
-                .queue_bind(
-                    name.as_str().into(),
-                    exchange.as_str().into(),
-                    (*queue).into(),
-                    QueueBindOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
+            broker_fixtures::declare_bound_queue(&channel, &exchange, &name, &[*queue]).await;
         }
         Self {
             stream,
@@ -189,20 +148,11 @@ impl BrokerWorld {
     /// Delete the stream, the queues and the exchange.
     pub async fn cleanup(&self, queues: &[&str]) {
         let _ = self.jetstream.delete_stream(&self.stream).await;
-        for queue in queues {
-            let name = format!("conf.{}.{queue}", self.id);
-            let _ = self
-                .channel
-                .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
-        let _ = self
-            .channel
-            .exchange_delete(
-                self.exchange.as_str().into(),
-                ExchangeDeleteOptions::default(),
-            )
-            .await;
+        let names: Vec<String> = queues
+            .iter()
+            .map(|queue| format!("conf.{}.{queue}", self.id))
+            .collect();
+        broker_fixtures::delete_exchange_and_queues(&self.channel, &self.exchange, &names).await;
         let _ = self.amqp.close(200, "done".into()).await;
     }
 }

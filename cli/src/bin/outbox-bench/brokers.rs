@@ -3,29 +3,24 @@
 //! dispatched once with `outbox.mail` a stream, once with `sink = "nats"` (a stream the bench
 //! makes anew each round, `OUTBOX_BENCH`, file storage, a 10-minute duplicate window) and once with
 //! `sink = "rabbitmq"` (an exchange and a durable queue the bench makes, `outbox-bench`), all
-//! through [`QueueSinks`], the production sink, with the destinations checked as at a host's
+//! through `QueueSinks`, the production sink, with the destinations checked as at a host's
 //! start. Each broker run is then checked to hold one message per event. The brokers are
 //! `OUTBOX_NATS_URL` and `OUTBOX_RABBITMQ_URL` (default: the local ones). It drives the
 //! production dispatcher and never re-implements a sink.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
 use async_nats::jetstream;
 use lapin::options::{
     ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
-use outbox_host::config::{
-    Config, NatsOptions, QueueSpec, RabbitmqOptions, RoutesFile, Settings, SinkKind,
-};
+use outbox_host::config::{Config, NatsOptions, QueueSpec, RabbitmqOptions, Settings, SinkKind};
 use outbox_host::routing::RouterHandle;
-use outbox_host::sink::QueueSinks;
 use sqlx::PgPool;
 
-use crate::common::{host_throughput_into, prepare};
+use crate::common::{host_throughput_on_routes, prepare};
 use crate::report::Report;
 use crate::Args;
 
@@ -95,12 +90,14 @@ pub(crate) async fn run(
     let (mut best_streams, mut best_nats, mut best_rabbitmq) = (0f64, 0f64, 0f64);
     for round in 1..=args.rounds {
         prepare(pool, &settings, events).await?;
-        let streams = dispatch(pool, &settings, router, events, &config.routes).await?;
+        let streams =
+            host_throughput_on_routes(pool, &settings, router, events, &config.routes).await?;
         prepare(pool, &settings, events).await?;
         brokers.empty().await?;
-        let nats = dispatch(pool, &settings, router, events, &nats_routes).await?;
+        let nats = host_throughput_on_routes(pool, &settings, router, events, &nats_routes).await?;
         prepare(pool, &settings, events).await?;
-        let rabbitmq = dispatch(pool, &settings, router, events, &rabbitmq_routes).await?;
+        let rabbitmq =
+            host_throughput_on_routes(pool, &settings, router, events, &rabbitmq_routes).await?;
         brokers.check_holds(events).await?;
         report.say(format_args!(
             "  round {round}: streams {streams:>9.0} events/s | JetStream {nats:>9.0} events/s (ratio {:.2}) | RabbitMQ {rabbitmq:>9.0} events/s (ratio {:.2}); one message per event on each",
@@ -139,25 +136,6 @@ pub(crate) async fn run(
         );
     brokers.remove().await;
     Ok(())
-}
-
-/// The production dispatcher over [`QueueSinks`] with `routes` in force, its destinations
-/// checked first; events/s.
-async fn dispatch(
-    pool: &PgPool,
-    settings: &Settings,
-    router: &RouterHandle,
-    events: i64,
-    routes: &RoutesFile,
-) -> anyhow::Result<f64> {
-    let sinks = QueueSinks::connect(settings, Arc::new(ArcSwap::from_pointee(routes.clone())))
-        .await
-        .context("connect the sinks")?;
-    sinks
-        .check_routes(routes)
-        .await
-        .context("check the destinations")?;
-    host_throughput_into(pool, settings, router.clone(), events, sinks).await
 }
 
 /// The bench's stream and exchange, through the brokers' own clients.

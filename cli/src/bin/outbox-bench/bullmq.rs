@@ -1,23 +1,19 @@
 //! BullMQ section: the dispatcher's throughput into BullMQ's job format against the same
 //! dispatcher into Redis Streams, in the same run: `--events` `mail.welcome` events dispatched
 //! once with `outbox.mail` a stream and once with `[queues."outbox.mail"] sink = "bullmq"`
-//! (BullMQ keys under the bench's Redis prefix), both through [`QueueSinks`], the production
+//! (BullMQ keys under the bench's Redis prefix), both through `QueueSinks`, the production
 //! sink. The BullMQ run's wait list is then checked to hold one job per event. It drives the
 //! production dispatcher and never re-implements a sink.
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
-use outbox_host::config::{BullmqOptions, Config, QueueSpec, RoutesFile, Settings, SinkKind};
+use outbox_host::config::{BullmqOptions, Config, QueueSpec, Settings, SinkKind};
 use outbox_host::queue::bullmq::key as bull_key;
 use outbox_host::queue::{BullmqQueueKeys, QueueKeys};
 use outbox_host::routing::RouterHandle;
-use outbox_host::sink::QueueSinks;
 use redis::AsyncCommands;
 use sqlx::PgPool;
 
-use crate::common::{host_throughput_into, prepare, redis_connection};
+use crate::common::{host_throughput_on_routes, prepare, redis_connection};
 use crate::report::Report;
 use crate::Args;
 
@@ -59,9 +55,11 @@ pub(crate) async fn run(
     let mut best_bullmq = 0f64;
     for round in 1..=args.rounds {
         prepare(pool, settings, events).await?;
-        let streams = dispatch(pool, settings, router, events, &streams_routes).await?;
+        let streams =
+            host_throughput_on_routes(pool, settings, router, events, &streams_routes).await?;
         prepare(pool, settings, events).await?;
-        let bullmq = dispatch(pool, settings, router, events, &bullmq_routes).await?;
+        let bullmq =
+            host_throughput_on_routes(pool, settings, router, events, &bullmq_routes).await?;
         check_jobs(settings, &prefix, events).await?;
         report.say(format_args!(
             "  round {round}: streams {streams:>9.0} events/s | BullMQ jobs {bullmq:>9.0} events/s (ratio {:.2}; one job per event in the wait list)",
@@ -85,20 +83,6 @@ pub(crate) async fn run(
         )
         .ratio_at_least(0.7);
     Ok(())
-}
-
-/// The production dispatcher over [`QueueSinks`] with `routes` in force; events/s.
-async fn dispatch(
-    pool: &PgPool,
-    settings: &Settings,
-    router: &RouterHandle,
-    events: i64,
-    routes: &RoutesFile,
-) -> anyhow::Result<f64> {
-    let sinks = QueueSinks::connect(settings, Arc::new(ArcSwap::from_pointee(routes.clone())))
-        .await
-        .context("connect the sinks")?;
-    host_throughput_into(pool, settings, router.clone(), events, sinks).await
 }
 
 /// The BullMQ run left one job per event waiting.

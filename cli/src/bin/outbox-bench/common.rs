@@ -12,7 +12,7 @@ use outbox_host::live_config::LiveConfig;
 use outbox_host::queue::{QueueEntry, QueueKeys};
 use outbox_host::receive::Receivers;
 use outbox_host::routing::RouterHandle;
-use outbox_host::sink::RedisSink;
+use outbox_host::sink::{QueueSinks, RedisSink};
 use outbox_host::store::{self, ClaimedEvent};
 use outbox_host::Host;
 use redis::AsyncCommands;
@@ -199,6 +199,26 @@ pub(crate) async fn host_throughput(
 ) -> anyhow::Result<f64> {
     let sink = RedisSink::from_settings(settings).await?;
     host_throughput_into(pool, settings, router, events, sink).await
+}
+
+/// [`host_throughput`] handing off through the production per-queue sink ([`QueueSinks`]) with
+/// `routes` in force, its destinations checked first as at a host's start.
+pub(crate) async fn host_throughput_on_routes(
+    pool: &PgPool,
+    settings: &Settings,
+    router: &RouterHandle,
+    events: i64,
+    routes: &RoutesFile,
+) -> anyhow::Result<f64> {
+    let routes = std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(routes.clone()));
+    let sinks = QueueSinks::connect(settings, routes.clone())
+        .await
+        .context("connect the sinks")?;
+    sinks
+        .check_routes(&routes.load())
+        .await
+        .context("check the destinations")?;
+    host_throughput_into(pool, settings, router.clone(), events, sinks).await
 }
 
 /// [`host_throughput`] handing off through `sink`.
