@@ -443,7 +443,8 @@ pub struct RecordedCounts {
 /// record). Only rows still held under
 /// `claim`'s lease change (deliveries included), so running it again after an error is safe:
 /// what the first run committed is no longer held and is left alone (it then reads as "lease
-/// lost" in the counts).
+/// lost" in the counts). A batch whose events are all done and none fanned out is recorded by
+/// a plain update of those rows instead (`record_all_done`), under the same check.
 ///
 /// The status is tested as `coalesce(status, '') = 'processing'` (the column is never NULL) so
 /// that the planner cannot prove the claim index's predicate and never reads that index for
@@ -472,6 +473,9 @@ pub async fn record_outcomes(
         statuses.push(status);
         errors.push(error.as_str());
         delays.push(delay);
+    }
+    if ids.is_empty() && deliveries.is_empty() {
+        return record_all_done(pool, claim, &done_ids).await;
     }
     let (mut d_ids, mut d_dest, mut d_stream, mut d_err) = (vec![], vec![], vec![], vec![]);
     for d in deliveries {
@@ -566,6 +570,39 @@ pub async fn record_outcomes(
         }
     }
     Ok(counts)
+}
+
+/// [`record_outcomes`] for the usual batch: every event done, none fanned out. One plain update
+/// by primary key, under the same lease check: the full statement's other data-modifying CTEs
+/// cost PostgreSQL about 60 µs per batch even when they touch nothing, which at a trickle (one
+/// event per batch) was a fifth of what recording an event cost.
+async fn record_all_done(
+    pool: &PgPool,
+    claim: &Claim,
+    done_ids: &[i64],
+) -> Result<RecordedCounts, StoreError> {
+    let done = sqlx::query(
+        r#"
+        UPDATE outbox_event
+        SET status = 'done', processed_at = now(), last_error = NULL, claim_expires_at = NULL
+        WHERE id = ANY($1) AND coalesce(status, '') = 'processing' AND claimed_by = $2
+          AND claimed_at = $3
+        "#,
+    )
+    .bind(done_ids)
+    .bind(&claim.worker_id)
+    .bind(claim.claimed_at)
+    .execute(pool)
+    .await
+    .context(format!(
+        "record_outcomes: {} events, all done",
+        done_ids.len()
+    ))?
+    .rows_affected();
+    Ok(RecordedCounts {
+        done,
+        ..RecordedCounts::default()
+    })
 }
 
 /// Give back rows this worker still holds (shutdown past the grace period): they become
