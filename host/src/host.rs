@@ -310,6 +310,9 @@ impl HostBuilder {
         // One claim horizon per process: the dispatcher's claims, the gauges, the alerts, the
         // heartbeat's release of dead hosts' claims and the console read open rows from it.
         let horizon = Arc::new(store::HorizonTracker::default());
+        // One listening session per process, for the dispatcher's new events and the
+        // receivers' queue pauses alike (see `store::Notifications`).
+        let notifications = store::Notifications::start(pool.clone());
         let mut dispatcher = None;
         if self
             .dispatcher_enabled
@@ -347,7 +350,8 @@ impl HostBuilder {
                 &worker_id,
             )
             .with_contracts(contracts.clone())
-            .with_horizon(horizon.clone());
+            .with_horizon(horizon.clone())
+            .with_notifications(notifications.clone());
             tasks.spawn(d.clone().run(shutdown.clone()));
             tasks.spawn(retention_loop(
                 pool.clone(),
@@ -366,7 +370,13 @@ impl HostBuilder {
             .filter(|live| config.path.is_some() || !live.routes.load().handlers.is_empty())
         {
             let r = crate::reconnect::connect_with_retry("Redis (receivers)", &shutdown, || {
-                Receivers::new(pool.clone(), live.clone(), settings.clone(), &worker_id)
+                Receivers::new_sharing(
+                    pool.clone(),
+                    live.clone(),
+                    settings.clone(),
+                    &worker_id,
+                    &notifications,
+                )
             })
             .await
             .ok_or(HostError::ShutdownDuringStart)?;

@@ -199,3 +199,126 @@ async fn a_dispatcher_claiming_fast_polls_then_hands_waking_back_to_notification
     );
     env.cleanup().await;
 }
+
+/// The sessions of this test's database whose last statement was a `LISTEN`.
+async fn listening_sessions(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Whether `notify` is notified within `within`.
+async fn woken_within(notify: &tokio::sync::Notify, within: Duration) -> bool {
+    tokio::time::timeout(within, notify.notified())
+        .await
+        .is_ok()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_host_listens_for_new_events_and_queue_pauses_on_one_session(pool: PgPool) {
+    // PostgreSQL wakes every listening session of a database at every notifying commit: a
+    // second session per host doubled that cost for every published event.
+    let mut env = TestEnv::new(pool).await;
+    env.settings.dispatch_interval = Duration::from_secs(60);
+    let fixture = outbox_tests::PluginFixture::new(
+        &[],
+        "[routes]\n\"mail.\" = \"outbox.mail\"\n[router]\nplugin = \"native\"\n",
+    );
+    let host = outbox_host::Host::builder()
+        .config(fixture.config(&env.settings))
+        .pool(env.pool.clone())
+        .worker_id("one-session")
+        .start()
+        .await
+        .unwrap();
+    assert!(host.dispatcher().is_some() && host.receivers().is_some());
+    wait_for(
+        "the host's listening session",
+        Duration::from_secs(10),
+        async || listening_sessions(&env.pool).await >= 1,
+    )
+    .await;
+    // Both followers subscribed by now (the pause follower reads the table before it waits).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(listening_sessions(&env.pool).await, 1, "one LISTEN session");
+
+    // New events are heard on it: one is dispatched with the poll interval a minute away.
+    let id = env
+        .publish_all(vec![NewEvent::new("mail.one-session", json!({}))])
+        .await[0];
+    wait_for(
+        "the event dispatched",
+        Duration::from_secs(10),
+        async || env.status(id).await.0 == "done",
+    )
+    .await;
+    host.shutdown().await;
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn notifications_reach_their_channels_subscribers_and_every_subscriber_after_a_reconnect(
+    pool: PgPool,
+) {
+    let notifications = store::Notifications::start(pool.clone());
+    let a = notifications.subscribe("outbox_test_a");
+    let b = notifications.subscribe("outbox_test_b");
+    let second_a = notifications.subscribe("outbox_test_a");
+    for (name, s) in [("a", &a), ("b", &b), ("second a", &second_a)] {
+        assert!(
+            woken_within(s, Duration::from_secs(5)).await,
+            "{name}: woken once the session listens on its channel"
+        );
+    }
+    wait_for(
+        "the session listening on both channels",
+        Duration::from_secs(10),
+        async || listening_sessions(&pool).await == 1,
+    )
+    .await;
+
+    sqlx::query("NOTIFY outbox_test_a")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(woken_within(&a, Duration::from_secs(5)).await);
+    assert!(woken_within(&second_a, Duration::from_secs(5)).await);
+    assert!(
+        !woken_within(&b, Duration::from_millis(300)).await,
+        "another channel's notification does not wake b"
+    );
+
+    // The session is cut: every subscriber looks again once it is back, and it hears again.
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true]);
+    for (name, s) in [("a", &a), ("b", &b), ("second a", &second_a)] {
+        assert!(
+            woken_within(s, Duration::from_secs(10)).await,
+            "{name}: woken after the session came back"
+        );
+    }
+    wait_for("the session back", Duration::from_secs(10), async || {
+        listening_sessions(&pool).await == 1
+    })
+    .await;
+    sqlx::query("NOTIFY outbox_test_b")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(woken_within(&b, Duration::from_secs(5)).await);
+
+    // The last handle gone, the session ends.
+    drop(notifications);
+    wait_for("the session closed", Duration::from_secs(10), async || {
+        listening_sessions(&pool).await == 0
+    })
+    .await;
+}

@@ -13,8 +13,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::wake::{listen_for_events, WakeMode};
-use super::{BatchReport, Dispatcher, BATCHES_IN_FLIGHT};
+use tokio::sync::Notify;
+
+use super::wake::WakeMode;
+use super::{BatchReport, Dispatcher, BATCHES_IN_FLIGHT, NOTIFY_CHANNEL};
 use crate::fault;
 use crate::reconnect::Backoff;
 use crate::store::{self, Claim};
@@ -88,11 +90,13 @@ impl Dispatcher {
     /// Run until `shutdown` fires: claim, dispatch, wait for work. On shutdown stop claiming,
     /// let in-flight batches finish within the grace period, then release what is still held.
     pub async fn run(self, shutdown: CancellationToken) {
-        let listener = tokio::spawn(listen_for_events(
-            self.pool.clone(),
-            self.wake.clone(),
-            shutdown.clone(),
-        ));
+        // New events are announced on the process's listening session (one of its own when the
+        // host shares none); the session lives as long as `notifications`.
+        let notifications = self
+            .notifications
+            .clone()
+            .unwrap_or_else(|| store::Notifications::start(self.pool.clone()));
+        let new_events = notifications.subscribe(NOTIFY_CHANNEL);
         // Each batch in flight answers whether its end may have made rows claimable at once.
         let mut in_flight: JoinSet<bool> = JoinSet::new();
         let mut backoff = Backoff::new();
@@ -145,8 +149,14 @@ impl Dispatcher {
                 }
             }
             if std::mem::take(&mut caught_up) {
-                self.wait_for_work(&mut in_flight, &mut next_look, &mut wake_mode, &shutdown)
-                    .await;
+                self.wait_for_work(
+                    &new_events,
+                    &mut in_flight,
+                    &mut next_look,
+                    &mut wake_mode,
+                    &shutdown,
+                )
+                .await;
                 continue;
             }
             let claim = match self.claim().await {
@@ -176,8 +186,14 @@ impl Dispatcher {
                 // Something woke the loop and nothing was claimable: a row due later (a new
                 // one published with a later `available_at`) may be what woke it.
                 next_look = None;
-                self.wait_for_work(&mut in_flight, &mut next_look, &mut wake_mode, &shutdown)
-                    .await;
+                self.wait_for_work(
+                    &new_events,
+                    &mut in_flight,
+                    &mut next_look,
+                    &mut wake_mode,
+                    &shutdown,
+                )
+                .await;
                 continue;
             }
             caught_up = claim.events.len() < self.batch_len();
@@ -233,7 +249,7 @@ impl Dispatcher {
         if wake_mode.polling() {
             self.withdraw_polling().await;
         }
-        listener.abort();
+        drop(notifications);
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
     }
 
@@ -253,6 +269,7 @@ impl Dispatcher {
     /// by another host is still looked for within the poll interval.
     async fn wait_for_work(
         &self,
+        new_events: &Notify,
         in_flight: &mut JoinSet<bool>,
         next_look: &mut Option<Instant>,
         wake_mode: &mut WakeMode,
@@ -267,7 +284,7 @@ impl Dispatcher {
         tokio::pin!(wait);
         loop {
             tokio::select! {
-                _ = self.wake.notified() => return,
+                _ = new_events.notified() => return,
                 _ = &mut wait => return,
                 _ = shutdown.cancelled() => return,
                 Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {

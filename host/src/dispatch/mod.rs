@@ -35,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sqlx::PgPool;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
@@ -113,13 +112,15 @@ pub struct Dispatcher {
     contracts: Contracts,
     settings: Arc<Settings>,
     worker_id: String,
-    wake: Arc<Notify>,
     stats: Arc<DispatchStats>,
     gate: Arc<SinkGate>,
     /// `claimed_at` of the batches in flight (to tell a lost claim from a held one).
     held: Arc<std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>>,
     /// Where claims read the claim index from (see `store::horizon`).
     horizon: Arc<store::HorizonTracker>,
+    /// The process's listening session, when shared with its other followers (else `run`
+    /// starts one of its own).
+    notifications: Option<store::Notifications>,
 }
 
 /// What finished batches tell the claim loop about the sink: a blip hit one (pause and probe),
@@ -147,11 +148,11 @@ impl Dispatcher {
             contracts: Contracts::none(),
             settings,
             worker_id: worker_id.into(),
-            wake: Arc::new(Notify::new()),
             stats: Arc::default(),
             gate: Arc::default(),
             held: Arc::default(),
             horizon: Arc::default(),
+            notifications: None,
         }
     }
 
@@ -167,6 +168,14 @@ impl Dispatcher {
     /// (gauges, alerts, console), so one process keeps one horizon fresh instead of several.
     pub fn with_horizon(mut self, horizon: Arc<store::HorizonTracker>) -> Self {
         self.horizon = horizon;
+        self
+    }
+
+    /// Follow new events on `notifications`, the process's one listening session (see
+    /// [`store::Notifications`]: every listening session of the database wakes up for every
+    /// published event, so a process keeps one).
+    pub fn with_notifications(mut self, notifications: store::Notifications) -> Self {
+        self.notifications = Some(notifications);
         self
     }
 

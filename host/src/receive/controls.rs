@@ -16,9 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::redis_conn::RedisConn;
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::config::RateLimit;
@@ -27,7 +26,7 @@ use crate::live_config::LiveConfig;
 use crate::queue::QueueKeys;
 use crate::queue_pause::reassert_pause_keys;
 use crate::reconnect::Backoff;
-use crate::store::QUEUE_PAUSE_CHANNEL;
+use crate::store::{Notifications, QUEUE_PAUSE_CHANNEL};
 
 /// The controls of every queue this process consumes, shared by its receivers.
 #[derive(Clone)]
@@ -44,10 +43,17 @@ pub(super) struct QueueControls {
 
 impl QueueControls {
     /// Start following the pause table of `pool` (re-asserting the pause keys of `keys` on
-    /// `conn` for the handler-bound queues of `live`); rate limits counted on `conn`.
-    pub(super) fn spawn(pool: PgPool, conn: RedisConn, keys: QueueKeys, live: LiveConfig) -> Self {
+    /// `conn` for the handler-bound queues of `live`), told of changes on `notifications`;
+    /// rate limits counted on `conn`.
+    pub(super) fn spawn(
+        pool: PgPool,
+        conn: RedisConn,
+        keys: QueueKeys,
+        live: LiveConfig,
+        notifications: &Notifications,
+    ) -> Self {
         Self {
-            pauses: QueuePauses::spawn(pool, conn.clone(), keys.clone(), live),
+            pauses: QueuePauses::spawn(pool, conn.clone(), keys.clone(), live, notifications),
             rate_limiter: Arc::new(RateLimiter::new(conn, keys)),
             retries_due: Arc::default(),
             held_by_pause: Arc::default(),
@@ -81,12 +87,20 @@ pub(super) struct QueuePauses {
 
 impl QueuePauses {
     /// Start following the pause table of `pool`, re-asserting the pause keys of `keys` on
-    /// `conn` (for the handler-bound queues of `live`) at every read.
-    pub(super) fn spawn(pool: PgPool, conn: RedisConn, keys: QueueKeys, live: LiveConfig) -> Self {
+    /// `conn` (for the handler-bound queues of `live`) at every read, and reading it again on
+    /// each `outbox_queue_pause` notification of `notifications`.
+    pub(super) fn spawn(
+        pool: PgPool,
+        conn: RedisConn,
+        keys: QueueKeys,
+        live: LiveConfig,
+        notifications: &Notifications,
+    ) -> Self {
         let (tx, rx) = watch::channel(PauseState::default());
         let gone = CancellationToken::new();
         let redis = PauseKeys { conn, keys, live };
-        tokio::spawn(watch_pauses(pool, redis, tx, gone.clone()));
+        let changes = notifications.subscribe(QUEUE_PAUSE_CHANNEL);
+        tokio::spawn(watch_pauses(pool, redis, tx, changes, gone.clone()));
         Self {
             state: rx,
             _watcher: Arc::new(gone.drop_guard()),
@@ -125,31 +139,18 @@ struct PauseKeys {
     live: LiveConfig,
 }
 
-/// Follow `outbox_queue_pause` until `gone`: read it on every notification and every
+/// Follow `outbox_queue_pause` until `gone`: read it on every notification (`changes`) and every
 /// [`PAUSE_POLL`] (re-asserting the Redis pause keys), publishing each change (and the
 /// `outbox_queue_paused` gauge). While PostgreSQL is away the last state read stays in force.
 async fn watch_pauses(
     pool: PgPool,
     redis: PauseKeys,
     tx: watch::Sender<PauseState>,
+    changes: Arc<Notify>,
     gone: CancellationToken,
 ) {
     let mut backoff = Backoff::new();
-    let mut listener: Option<PgListener> = None;
     loop {
-        if listener.is_none() {
-            match PgListener::connect_with(&pool).await {
-                Ok(mut l) => match l.listen(QUEUE_PAUSE_CHANNEL).await {
-                    Ok(()) => listener = Some(l),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "LISTEN {QUEUE_PAUSE_CHANNEL} failed; polling the pause table meanwhile")
-                    }
-                },
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot LISTEN for queue pauses; polling the pause table meanwhile")
-                }
-            }
-        }
         let consumed: Vec<String> = redis.live.routes.load().handlers.keys().cloned().collect();
         match reassert_pause_keys(&pool, &redis.conn, &redis.keys, &consumed).await {
             Ok(rows) => {
@@ -188,25 +189,13 @@ async fn watch_pauses(
                 if stop {
                     return;
                 }
-                listener = None;
                 continue;
             }
         }
-        let notified = async {
-            match listener.as_mut() {
-                Some(l) => l.try_recv().await.map(|n| n.is_some()),
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = gone.cancelled() => return,
             _ = tokio::time::sleep(PAUSE_POLL) => {}
-            received = notified => {
-                if !matches!(received, Ok(true)) {
-                    // The listener lost its connection (a notification may be lost with it).
-                    listener = None;
-                }
-            }
+            _ = changes.notified() => {}
         }
     }
 }

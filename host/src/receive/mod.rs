@@ -223,12 +223,27 @@ impl Drop for ReceivingGuard {
 }
 
 impl Receivers {
-    /// Receivers over a connected pool and Redis, consuming as `consumer`.
+    /// Receivers over a connected pool and Redis, consuming as `consumer`, with a listening
+    /// session of their own (see [`new_sharing`](Self::new_sharing)).
     pub async fn new(
         pool: PgPool,
         live: LiveConfig,
         settings: Arc<Settings>,
         consumer: impl Into<String>,
+    ) -> Result<Self, ReceiveError> {
+        let notifications = crate::store::Notifications::start(pool.clone());
+        Self::new_sharing(pool, live, settings, consumer, &notifications).await
+    }
+
+    /// [`new`](Self::new), following queue pauses on `notifications`, the process's one
+    /// listening session (every listening session of the database wakes up for every
+    /// published event, so a host keeps one).
+    pub async fn new_sharing(
+        pool: PgPool,
+        live: LiveConfig,
+        settings: Arc<Settings>,
+        consumer: impl Into<String>,
+        notifications: &crate::store::Notifications,
     ) -> Result<Self, ReceiveError> {
         let redis = ctx(
             RedisTarget::with_key_prefix(&settings.redis_url, &settings.redis_prefix)
@@ -258,7 +273,13 @@ impl Receivers {
         ));
         let consumer = consumer.into();
         let lease = settings.receiver_lease;
-        let controls = QueueControls::spawn(pool.clone(), conn.clone(), keys.clone(), live.clone());
+        let controls = QueueControls::spawn(
+            pool.clone(),
+            conn.clone(),
+            keys.clone(),
+            live.clone(),
+            notifications,
+        );
         let maintenance = Maintenance {
             retries: RetryMover::noting_in(
                 conn.clone(),
