@@ -210,9 +210,9 @@ async fn listening_sessions(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
-/// Whether `notify` is notified within `within`.
-async fn woken_within(notify: &tokio::sync::Notify, within: Duration) -> bool {
-    tokio::time::timeout(within, notify.notified())
+/// Whether `subscription` is notified within `within`.
+async fn woken_within(subscription: &store::Subscription, within: Duration) -> bool {
+    tokio::time::timeout(within, subscription.notified())
         .await
         .is_ok()
 }
@@ -315,8 +315,20 @@ async fn notifications_reach_their_channels_subscribers_and_every_subscriber_aft
         .unwrap();
     assert!(woken_within(&b, Duration::from_secs(5)).await);
 
-    // The last handle gone, the session ends.
+    // A subscription keeps the session alive without the handle; the last one gone, it ends.
     drop(notifications);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        listening_sessions(&pool).await,
+        1,
+        "the subscriptions keep it"
+    );
+    sqlx::query("NOTIFY outbox_test_a")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(woken_within(&a, Duration::from_secs(5)).await);
+    drop((a, b, second_a));
     wait_for("the session closed", Duration::from_secs(10), async || {
         listening_sessions(&pool).await == 0
     })

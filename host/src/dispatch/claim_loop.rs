@@ -13,8 +13,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use tokio::sync::Notify;
-
 use super::wake::WakeMode;
 use super::{BatchReport, Dispatcher, BATCHES_IN_FLIGHT, NOTIFY_CHANNEL};
 use crate::fault;
@@ -91,12 +89,11 @@ impl Dispatcher {
     /// let in-flight batches finish within the grace period, then release what is still held.
     pub async fn run(self, shutdown: CancellationToken) {
         // New events are announced on the process's listening session (one of its own when the
-        // host shares none); the session lives as long as `notifications`.
-        let notifications = self
-            .notifications
-            .clone()
-            .unwrap_or_else(|| store::Notifications::start(self.pool.clone()));
-        let new_events = notifications.subscribe(NOTIFY_CHANNEL);
+        // host shares none), kept alive by the subscription.
+        let new_events = match &self.notifications {
+            Some(shared) => shared.subscribe(NOTIFY_CHANNEL),
+            None => store::Notifications::start(self.pool.clone()).subscribe(NOTIFY_CHANNEL),
+        };
         // Each batch in flight answers whether its end may have made rows claimable at once.
         let mut in_flight: JoinSet<bool> = JoinSet::new();
         let mut backoff = Backoff::new();
@@ -249,7 +246,6 @@ impl Dispatcher {
         if wake_mode.polling() {
             self.withdraw_polling().await;
         }
-        drop(notifications);
         tracing::info!(worker = %self.worker_id, "dispatcher stopped");
     }
 
@@ -269,7 +265,7 @@ impl Dispatcher {
     /// by another host is still looked for within the poll interval.
     async fn wait_for_work(
         &self,
-        new_events: &Notify,
+        new_events: &store::Subscription,
         in_flight: &mut JoinSet<bool>,
         next_look: &mut Option<Instant>,
         wake_mode: &mut WakeMode,

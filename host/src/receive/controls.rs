@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::redis_conn::RedisConn;
 use sqlx::PgPool;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::config::RateLimit;
@@ -26,7 +26,7 @@ use crate::live_config::LiveConfig;
 use crate::queue::QueueKeys;
 use crate::queue_pause::reassert_pause_keys;
 use crate::reconnect::Backoff;
-use crate::store::{Notifications, QUEUE_PAUSE_CHANNEL};
+use crate::store::{Notifications, Subscription, QUEUE_PAUSE_CHANNEL};
 
 /// The controls of every queue this process consumes, shared by its receivers.
 #[derive(Clone)]
@@ -146,7 +146,7 @@ async fn watch_pauses(
     pool: PgPool,
     redis: PauseKeys,
     tx: watch::Sender<PauseState>,
-    changes: Arc<Notify>,
+    changes: Subscription,
     gone: CancellationToken,
 ) {
     let mut backoff = Backoff::new();

@@ -27,7 +27,7 @@ use crate::fault;
 use crate::reconnect::{retry_delay, sleep_or_shutdown, Backoff};
 
 /// The process's listening session, shared by its followers; the session ends when the last
-/// clone is dropped.
+/// clone and the last [`Subscription`] are dropped.
 #[derive(Clone)]
 pub struct Notifications {
     subscribe: mpsc::UnboundedSender<(&'static str, Arc<Notify>)>,
@@ -49,13 +49,31 @@ impl Notifications {
 
     /// Follow `channel`: the returned [`Notify`] is notified once the session listens on it
     /// (from then on nothing committed is missed: read what it guards then), on each of its
-    /// notifications, and once each time the session listens again after it was lost. Subscribing again to the
-    /// same channel adds another subscriber.
-    pub fn subscribe(&self, channel: &'static str) -> Arc<Notify> {
+    /// notifications, and once each time the session listens again after it was lost.
+    /// Subscribing again to the same channel adds another subscriber.
+    /// The subscription keeps the session alive as a handle does.
+    pub fn subscribe(&self, channel: &'static str) -> Subscription {
         let notify = Arc::new(Notify::new());
         // The session task lives as long as this handle, so the send cannot fail.
         let _ = self.subscribe.send((channel, notify.clone()));
-        notify
+        Subscription {
+            notify,
+            _session: self.clone(),
+        }
+    }
+}
+
+/// One follower of one channel (see [`Notifications::subscribe`]); the session lives at least
+/// as long as it does.
+pub struct Subscription {
+    notify: Arc<Notify>,
+    _session: Notifications,
+}
+
+impl Subscription {
+    /// Wait until notified (at once when a notification came since the last wait).
+    pub async fn notified(&self) {
+        self.notify.notified().await
     }
 }
 
@@ -64,11 +82,14 @@ impl Notifications {
 struct Subscribers(HashMap<&'static str, Vec<Weak<Notify>>>);
 
 impl Subscribers {
-    fn add(&mut self, channel: &'static str, notify: &Arc<Notify>) {
+    /// Add a subscriber of `channel`; true when the channel is new (not yet listened on).
+    fn add(&mut self, channel: &'static str, notify: &Arc<Notify>) -> bool {
+        let new = !self.0.contains_key(channel);
         self.0
             .entry(channel)
             .or_default()
             .push(Arc::downgrade(notify));
+        new
     }
 
     /// Notify `channel`'s subscribers (all channels' when `None`), forgetting dropped ones.
@@ -105,7 +126,9 @@ async fn listen(
     tokio::select! {
         _ = gone.cancelled() => return,
         first = subscriptions.recv() => match first {
-            Some((channel, notify)) => subscribers.add(channel, &notify),
+            Some((channel, notify)) => {
+                subscribers.add(channel, &notify);
+            }
             None => return,
         },
     }
@@ -138,9 +161,7 @@ async fn listen(
                 _ = gone.cancelled() => return,
                 added = subscriptions.recv() => match added {
                     Some((channel, notify)) => {
-                        let new = !subscribers.0.contains_key(channel);
-                        subscribers.add(channel, &notify);
-                        if new {
+                        if subscribers.add(channel, &notify) {
                             if let Err(e) = listener.listen(channel).await {
                                 tracing::warn!(error = %e, channel, "LISTEN failed; reconnecting");
                                 break;
