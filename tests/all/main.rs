@@ -31,6 +31,7 @@ mod handler_outcomes;
 mod hook_children;
 mod http;
 mod invoke_jobs;
+mod kept_connections;
 mod limits;
 mod max_len;
 mod migrations;

@@ -18,7 +18,7 @@ use crate::fault::{self, Blip};
 use crate::reconnect::retry_blips;
 use crate::routing::RouteDecision;
 use crate::sink::{Enqueue, EnqueueResult};
-use crate::store::{self, Claim, ClaimedEvent, DeliveryRecord, EventOutcome};
+use crate::store::{self, Claim, ClaimedEvent, Context as _, DeliveryRecord, EventOutcome};
 
 impl Dispatcher {
     /// How long a batch may keep retrying its PostgreSQL writes through blips: half the lease
@@ -169,7 +169,17 @@ impl Dispatcher {
             "record",
             self.write_deadline(started),
             |e: &store::StoreError| fault::postgres_blip(&e.source),
-            || store::record_outcomes(&self.pool, &claim, &outcomes, &deliveries),
+            || async {
+                let mut conn = self
+                    .statements
+                    .acquire()
+                    .await
+                    .context("record_outcomes: acquire a connection")?;
+                let recorded =
+                    store::record_outcomes(&mut *conn, &claim, &outcomes, &deliveries).await;
+                conn.finished(&recorded);
+                recorded
+            },
         )
         .instrument(tracing::debug_span!(parent: &batch_span, "outbox.record"))
         .await?;

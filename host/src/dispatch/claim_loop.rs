@@ -17,7 +17,7 @@ use super::wake::WakeMode;
 use super::{BatchReport, Dispatcher, BATCHES_IN_FLIGHT, NOTIFY_CHANNEL};
 use crate::fault;
 use crate::reconnect::Backoff;
-use crate::store::{self, Claim};
+use crate::store::{self, Claim, Context as _};
 
 impl Dispatcher {
     /// Claim and dispatch until nothing is due right now (`outbox drain`). Events whose retry is
@@ -337,14 +337,21 @@ impl Dispatcher {
     /// claim index from this dispatcher's horizon.
     async fn claim(&self) -> Result<Claim, store::StoreError> {
         let horizon = self.horizon.current(&self.pool).await;
-        store::claim_due_events_from(
-            &self.pool,
+        let mut conn = self
+            .statements
+            .acquire()
+            .await
+            .context("claim_due_events: acquire a connection")?;
+        let claim = store::claim_due_events_from(
+            &mut *conn,
             &self.worker_id,
             self.settings.dispatch_batch_size,
             self.settings.claim_lease,
             horizon,
         )
-        .await
+        .await;
+        conn.finished(&claim);
+        claim
     }
 
     /// After a batch hit a blip of the sink's queue system (Redis): wait the probe delay, then

@@ -106,6 +106,9 @@ pub struct BatchReport {
 #[derive(Clone)]
 pub struct Dispatcher {
     pool: PgPool,
+    /// The connections of `pool` claims and outcome records run on, kept between statements
+    /// (one for the claim loop and one per batch in flight: see [`store::KeptConnections`]).
+    statements: store::KeptConnections,
     sink: Arc<dyn Sink>,
     router: RouterHandle,
     /// The event contracts: a claimed event that breaks its contract fails unrouted.
@@ -141,8 +144,10 @@ impl Dispatcher {
         settings: Arc<Settings>,
         worker_id: impl Into<String>,
     ) -> Self {
+        let pool = store::dispatch_pool(&pool);
         Self {
-            pool: store::dispatch_pool(&pool),
+            statements: store::KeptConnections::new(pool.clone(), BATCHES_IN_FLIGHT + 1),
+            pool,
             sink: Arc::new(sink),
             router,
             contracts: Contracts::none(),

@@ -31,7 +31,7 @@ use crate::queue::receipt::RECEIPT_FIELD;
 use crate::queue::{KeyLayout, QueueKeys, CONSUMER_GROUP};
 use crate::reconnect::{retry_blips, Backoff};
 use crate::redis_conn::RedisTarget;
-use crate::store::{write_receipt_updates, PositionedUpdate, StreamPosition};
+use crate::store::{write_receipt_updates, KeptConnections, PositionedUpdate, StreamPosition};
 
 pub(super) use crate::store::ReceiptUpdate;
 pub use crate::store::{write_receipts, Receipt};
@@ -208,7 +208,10 @@ struct ReceiptWriterHandle {
 /// [`QueueKeys::receipts_stream`]) one per queue, started when the first receiver of the queue
 /// starts. They write what is left and stop once this is dropped.
 pub(super) struct ReceiptWriters {
-    pool: PgPool,
+    /// The connections every writer of the process writes on, kept between writes: at most
+    /// [`KEPT_CONNECTIONS`] (a cluster's writers, one per queue, share them; more writing at
+    /// once borrow from the pool).
+    database: KeptConnections,
     redis: RedisTarget,
     keys: QueueKeys,
     consumer: String,
@@ -230,7 +233,7 @@ impl ReceiptWriters {
         lease: Duration,
     ) -> Self {
         let writers = Self {
-            pool,
+            database: KeptConnections::new(pool, KEPT_CONNECTIONS),
             redis,
             keys,
             consumer,
@@ -252,7 +255,7 @@ impl ReceiptWriters {
         };
         running.entry(stream.clone()).or_insert_with(|| {
             spawn_receipt_writer(
-                self.pool.clone(),
+                self.database.clone(),
                 self.redis.clone(),
                 stream,
                 self.consumer.clone(),
@@ -268,13 +271,18 @@ impl ReceiptWriters {
     }
 }
 
+/// Connections the receipt writers of a process keep between their writes: one for the one
+/// writer on a single Redis node; on a cluster the writers of every queue share them, so a host
+/// with many queues never holds more of the pool than this.
+const KEPT_CONNECTIONS: usize = 2;
+
 /// Any queue name: on one node every queue's receipts go to the same stream.
 const QUEUE_OF_SHARED_STREAM: &str = "";
 
-/// Start a receipt writer: it reads `stream` as consumer `consumer` and writes to `pool`
+/// Start a receipt writer: it reads `stream` as consumer `consumer` and writes on `database`
 /// (counting in `written`) until every [`ReceiptWriterHandle`] clone is gone.
 fn spawn_receipt_writer(
-    pool: PgPool,
+    database: KeptConnections,
     redis: RedisTarget,
     stream: String,
     consumer: String,
@@ -284,7 +292,7 @@ fn spawn_receipt_writer(
     let gone = CancellationToken::new();
     let writer = ReceiptWriter {
         written,
-        pool,
+        database,
         redis,
         stream,
         consumer,
@@ -299,7 +307,8 @@ fn spawn_receipt_writer(
 struct ReceiptWriter {
     /// Receipt updates written and committed so far.
     written: std::sync::Arc<AtomicU64>,
-    pool: PgPool,
+    /// The writers' connections, kept between writes (see [`crate::store::KeptConnections`]).
+    database: KeptConnections,
     redis: RedisTarget,
     stream: String,
     consumer: String,
@@ -507,7 +516,12 @@ impl ReceiptWriter {
                 "receipts",
                 Instant::now() + RECEIPT_RETRY_FOR,
                 fault::postgres_blip,
-                || write_receipt_updates(&self.pool, &batch),
+                || async {
+                    let mut conn = self.database.acquire().await?;
+                    let written = write_receipt_updates(&mut conn, &batch).await;
+                    conn.finished(&written);
+                    written
+                },
             )
             .await
             .map_err(|e| e.to_string())?;

@@ -283,9 +283,10 @@ pub async fn claim_due_events(
     claim_due_events_from(pool, worker_id, limit, lease, ClaimHorizon::everything()).await
 }
 
-/// [`claim_due_events`] reading the claim index from `horizon` (from [`claim_horizon`]).
+/// [`claim_due_events`] reading the claim index from `horizon` (from [`claim_horizon`]), on
+/// `db` (a pool, or a connection the caller keeps: see [`KeptConnections`]).
 pub async fn claim_due_events_from(
-    pool: &PgPool,
+    db: impl sqlx::PgExecutor<'_>,
     worker_id: &str,
     limit: i64,
     lease: Duration,
@@ -297,7 +298,7 @@ pub async fn claim_due_events_from(
         .bind(lease.as_secs_f64())
         .bind(horizon.at)
         .bind(horizon.from_id)
-        .fetch_all(pool)
+        .fetch_all(db)
         .await
         .context("claim_due_events")?;
 
@@ -454,7 +455,7 @@ pub struct RecordedCounts {
 /// until the table is analyzed) walks every dead entry finished events left in it, which after
 /// 10,000,000 events on an unvacuumed table cost most of each batch.
 pub async fn record_outcomes(
-    pool: &PgPool,
+    db: impl sqlx::PgExecutor<'_>,
     claim: &Claim,
     outcomes: &[(i64, EventOutcome)],
     deliveries: &[DeliveryRecord],
@@ -477,7 +478,7 @@ pub async fn record_outcomes(
         delays.push(delay);
     }
     if ids.is_empty() && deliveries.is_empty() {
-        return record_all_done(pool, claim, &done_ids).await;
+        return record_all_done(db, claim, &done_ids).await;
     }
     let (mut d_ids, mut d_dest, mut d_stream, mut d_err) = (vec![], vec![], vec![], vec![]);
     for d in deliveries {
@@ -553,7 +554,7 @@ pub async fn record_outcomes(
     .bind(&d_err)
     .bind(&claim.worker_id)
     .bind(claim.claimed_at)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
     .context(format!(
         "record_outcomes: {} events ({} done), {} deliveries",
@@ -579,7 +580,7 @@ pub async fn record_outcomes(
 /// cost PostgreSQL about 60 µs per batch even when they touch nothing, which at a trickle (one
 /// event per batch) was a fifth of what recording an event cost.
 async fn record_all_done(
-    pool: &PgPool,
+    db: impl sqlx::PgExecutor<'_>,
     claim: &Claim,
     done_ids: &[i64],
 ) -> Result<RecordedCounts, StoreError> {
@@ -594,7 +595,7 @@ async fn record_all_done(
     .bind(done_ids)
     .bind(&claim.worker_id)
     .bind(claim.claimed_at)
-    .execute(pool)
+    .execute(db)
     .await
     .context(format!(
         "record_outcomes: {} events, all done",

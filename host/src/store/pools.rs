@@ -2,13 +2,16 @@
 //!
 //! Owns the host's pool ([`connect`]), the dispatcher's own pool on the same database with its
 //! session settings ([`dispatch_pool`]), the policy both hand connections out by
-//! ([`PING_WHEN_IDLE_FOR`]) and the readiness check ([`ping`]). It runs no statement of the
-//! outbox's own: those live with the stage that runs them.
+//! ([`PING_WHEN_IDLE_FOR`]), the connections a stage keeps between its statements instead of
+//! giving each back to the pool ([`KeptConnections`]) and the readiness check ([`ping`]). It
+//! runs no statement of the outbox's own: those live with the stage that runs them.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use super::{redact, Context, StoreError};
 
@@ -88,6 +91,150 @@ fn pool_options(max_connections: u32) -> PgPoolOptions {
                 Ok(meta.idle_for < PING_WHEN_IDLE_FOR || conn.ping().await.is_ok())
             })
         })
+}
+
+/// Connections one stage keeps between its statements, up to a number it chooses, instead of
+/// giving each back to the pool.
+///
+/// sqlx's pool pings every connection given back to it (a `Sync` and its `ReadyForQuery`, on a
+/// task of its own) before anyone may take it again: one more round trip to PostgreSQL after
+/// every statement, which wakes a backend and the host's threads once more. At a trickle of
+/// events (a claim, an outcome record and a receipt write per event) those pings were as many
+/// as the statements. A stage whose statements run one after another (the claim loop, a receipt
+/// writer) or a few at once (a dispatcher's batches in flight) takes its connections here:
+///
+/// - after a statement that went well ([`KeptConnection::finished`] with `Ok`), the connection
+///   comes back to this stage's list, not to the pool, with no round trip;
+/// - one that sat in the list for [`PING_WHEN_IDLE_FOR`] or longer is pinged before it is used
+///   again (the pool's own rule), and a dead one is closed;
+/// - after a statement that failed, that connection and every kept one go back to the pool,
+///   which pings each and closes the dead ones: a connection cut takes them all, so a retry
+///   runs on a connection that answers, not on the next dead one; one whose caller never said
+///   how it went (its future was dropped mid-statement) goes back to the pool alone;
+/// - when every kept connection is in use, the pool lends one, kept afterwards if the list has
+///   room.
+///
+/// The kept connections count against the pool's size for as long as the stage lives.
+#[derive(Clone)]
+pub struct KeptConnections {
+    inner: Arc<Kept>,
+}
+
+/// What [`KeptConnections`] clones share.
+struct Kept {
+    pool: PgPool,
+    keep: usize,
+    /// Connections between statements, each with when it last went back here; the last one
+    /// back is taken first, so the others are the ones that go idle.
+    idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+}
+
+impl KeptConnections {
+    /// Keep up to `keep` (at least 1) connections of `pool`.
+    pub fn new(pool: PgPool, keep: usize) -> Self {
+        Self {
+            inner: Arc::new(Kept {
+                pool,
+                keep: keep.max(1),
+                idle: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// A connection for the next statement: a kept one when one is free (pinged first when it
+    /// sat idle for [`PING_WHEN_IDLE_FOR`]), else one from the pool.
+    pub async fn acquire(&self) -> Result<KeptConnection, sqlx::Error> {
+        loop {
+            let Some((mut conn, since)) = self.inner.idle_list().pop() else {
+                break;
+            };
+            let recent = since.elapsed() < PING_WHEN_IDLE_FOR;
+            if recent || sqlx::Connection::ping(&mut *conn).await.is_ok() {
+                return Ok(self.lend(conn));
+            }
+            // Dead: closed, not given back to the pool to be pinged once more.
+            conn.close_on_drop();
+        }
+        let conn = self.inner.pool.acquire().await?;
+        Ok(self.lend(conn))
+    }
+
+    /// How many connections wait in the list now.
+    pub fn idle(&self) -> usize {
+        self.inner.idle_list().len()
+    }
+
+    fn lend(&self, conn: PoolConnection<Postgres>) -> KeptConnection {
+        KeptConnection {
+            kept: Arc::clone(&self.inner),
+            conn,
+        }
+    }
+}
+
+impl Kept {
+    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<Postgres>, Instant)>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        // Giving a connection back to the pool spawns a task: without a runtime (the process
+        // is ending) the connections are closed where they are instead.
+        if tokio::runtime::Handle::try_current().is_err() {
+            for (conn, _) in self.idle_list().drain(..) {
+                drop(conn.detach());
+            }
+        }
+    }
+}
+
+/// A connection lent by [`KeptConnections`] for one statement (or a few in a row); it is a
+/// [`PgConnection`] to run them on. Say how they went with [`finished`](Self::finished); one
+/// dropped without that (its future was dropped mid-statement) goes back to the pool, whose
+/// release ping waits out or closes what the statement left on it.
+pub struct KeptConnection {
+    kept: Arc<Kept>,
+    conn: PoolConnection<Postgres>,
+}
+
+impl KeptConnection {
+    /// The statement's result decides where the connection goes: `Ok` keeps it for the next
+    /// statement, an error gives it and every kept connection back to the pool.
+    pub fn finished<T, E>(self, result: &Result<T, E>) {
+        let Self { kept, conn } = self;
+        let mut idle = kept.idle_list();
+        if result.is_err() {
+            // Given back to the pool outside the lock (each spawns its release ping).
+            let others = std::mem::take(&mut *idle);
+            drop(idle);
+            drop(others);
+            drop(conn);
+        } else if idle.len() < kept.keep {
+            idle.push((conn, Instant::now()));
+        } else {
+            // The list is full: this one goes back to the pool.
+            drop(idle);
+            drop(conn);
+        }
+    }
+}
+
+impl std::ops::Deref for KeptConnection {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for KeptConnection {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
 }
 
 /// Whether PostgreSQL answers on a connection of `pool` (what readiness checks).

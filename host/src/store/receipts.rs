@@ -75,7 +75,7 @@ pub async fn write_receipts(pool: &PgPool, receipts: &[Receipt]) -> Result<(), s
             position: None,
         })
         .collect();
-    write_receipt_updates(pool, &updates).await
+    write_receipt_updates(&mut *pool.acquire().await?, &updates).await
 }
 
 /// Whether an outcome at `position` replaces one at `current` (a missing position counts as
@@ -133,9 +133,9 @@ const ADD_DUPLICATES: &str = r#"
 /// same (event, handler) are merged first (the outcome of the highest stream position wins;
 /// published ids and duplicates add up), and the upsert keeps a row's outcome when it holds a
 /// newer one than the batch: whatever order receipts arrive in, the latest recorded outcome
-/// stays.
+/// stays. On `conn`: the writer's own, kept between writes (see [`super::KeptConnections`]).
 pub async fn write_receipt_updates(
-    pool: &PgPool,
+    conn: &mut sqlx::PgConnection,
     batch: &[PositionedUpdate],
 ) -> Result<(), sqlx::Error> {
     type Merged = (Option<(Receipt, Option<StreamPosition>)>, i32);
@@ -184,13 +184,13 @@ pub async fn write_receipt_updates(
     });
     match (upsert, duplicates) {
         (Some(upsert), Some(duplicates)) => {
-            let mut tx = pool.begin().await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             upsert.execute(&mut *tx).await?;
             duplicates.execute(&mut *tx).await?;
             tx.commit().await
         }
         // One statement commits on its own: no BEGIN and COMMIT round trips.
-        (Some(one), None) | (None, Some(one)) => one.execute(pool).await.map(drop),
+        (Some(one), None) | (None, Some(one)) => one.execute(conn).await.map(drop),
         (None, None) => Ok(()),
     }
 }
@@ -296,7 +296,10 @@ mod tests {
     async fn a_receipt_written_late_or_twice_never_overwrites_a_newer_outcome(pool: PgPool) {
         let write = |batch: Vec<PositionedUpdate>| {
             let pool = pool.clone();
-            async move { write_receipt_updates(&pool, &batch).await.unwrap() }
+            async move {
+                let mut conn = pool.acquire().await.unwrap();
+                write_receipt_updates(&mut conn, &batch).await.unwrap()
+            }
         };
         write(vec![at(outcome("ok", 2, vec![11]), 200)]).await;
         write(vec![at(outcome("retry", 1, vec![10]), 100)]).await;
