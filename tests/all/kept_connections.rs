@@ -128,7 +128,7 @@ async fn a_kept_connection_idle_for_a_second_is_checked_before_it_is_used(pool: 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_connection_whose_statement_never_finished_is_not_kept(pool: PgPool) {
     let kept = KeptConnections::new(pool.clone(), 1);
-    let (first, ok) = backend_of(&kept).await;
+    let (_, ok) = backend_of(&kept).await;
     ok.unwrap();
     {
         let mut conn = kept.acquire().await.unwrap();
@@ -140,7 +140,6 @@ async fn a_connection_whose_statement_never_finished_is_not_kept(pool: PgPool) {
     assert_eq!(kept.idle(), 0, "a connection cut mid-statement is not kept");
     let (_, ok) = backend_of(&kept).await;
     ok.expect("the next statement runs on a clean connection");
-    let _ = first;
 }
 
 /// Kill every backend of the dispatcher's pool but the listening one while it idles: the next

@@ -9,11 +9,11 @@
 //! then ignored.
 //!
 //! Owns the listening connection, its reconnection with backoff, and the fan-out of each
-//! notification to the subscribers of its channel. A subscriber is a [`Notify`]: it is notified
-//! once the session listens on its channel, on each notification of it, and once each time the
-//! session listens again after it was lost (a notification may have been lost with the connection), so
-//! it looks again and never sleeps through a change. Subscribers keep their own bounded re-read (poll) for the
-//! time the session is away. This module never reads or writes a table.
+//! notification to the subscribers of its channel. A [`Subscription`] is woken once the session
+//! listens on its channel, on each notification of it, and once each time the session listens
+//! again after it was lost (a notification may have been lost with the connection), so its
+//! follower looks again and never sleeps through a change. Followers keep their own bounded
+//! re-read (poll) for the time the session is away. This module never reads or writes a table.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -47,11 +47,11 @@ impl Notifications {
         }
     }
 
-    /// Follow `channel`: the returned [`Notify`] is notified once the session listens on it
+    /// Follow `channel`: the returned [`Subscription`] is woken once the session listens on it
     /// (from then on nothing committed is missed: read what it guards then), on each of its
     /// notifications, and once each time the session listens again after it was lost.
-    /// Subscribing again to the same channel adds another subscriber.
-    /// The subscription keeps the session alive as a handle does.
+    /// Subscribing again to the same channel adds another subscriber. The subscription keeps
+    /// the session alive as a handle does.
     pub fn subscribe(&self, channel: &'static str) -> Subscription {
         let notify = Arc::new(Notify::new());
         // The session task lives as long as this handle, so the send cannot fail.
