@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use redis::streams::StreamId;
+use redis::Value;
 
 use crate::store::ClaimedEvent;
 
@@ -142,6 +143,30 @@ impl QueueEntry {
 
     fn from_fields(stream_id: String, mut fields: Vec<(String, String)>) -> Self {
         fields.sort();
+        Self { stream_id, fields }
+    }
+
+    /// An entry from a read reply's `[name, value, ...]` list, taking its strings as they are.
+    /// Read as `XREAD` always read entries: a name given twice keeps its last value, a value
+    /// that is not UTF-8 reads as empty, a name that is not UTF-8 is left out, and no list (an
+    /// entry deleted while pending) is an entry without fields.
+    fn from_read_reply(stream_id: String, flat: Value) -> Self {
+        let mut fields = Vec::new();
+        let mut values = match flat {
+            Value::Array(values) => values.into_iter(),
+            _ => Vec::new().into_iter(),
+        };
+        while let (Some(name), Some(value)) = (values.next(), values.next()) {
+            let Some(name) = owned_text(name) else {
+                continue;
+            };
+            fields.push((name, owned_text(value).unwrap_or_default()));
+        }
+        // Last value wins: a stable sort of the reversed list puts each name's last value
+        // first among its own, and `dedup_by` keeps the first.
+        fields.reverse();
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        fields.dedup_by(|later, first| later.0 == first.0);
         Self { stream_id, fields }
     }
 
@@ -286,6 +311,81 @@ impl QueueEntry {
     }
 }
 
+/// The entries of an `XREADGROUP` (or `XREAD`) reply, in stream order, every stream of the
+/// reply together: no reply (a read that timed out) is no entry.
+///
+/// Built from the reply's own strings: the parsed reply is not copied into a map per entry
+/// and then again into the entry's fields, which cost a receiver a dozen allocations per
+/// field read.
+#[derive(Debug, Default)]
+pub struct ReadEntries(pub Vec<QueueEntry>);
+
+impl redis::FromRedisValue for ReadEntries {
+    fn from_redis_value(v: &Value) -> redis::RedisResult<Self> {
+        Self::from_owned_redis_value(v.clone())
+    }
+
+    fn from_owned_redis_value(v: Value) -> redis::RedisResult<Self> {
+        let streams: Vec<Value> = match v {
+            Value::Nil => return Ok(Self::default()),
+            // RESP2: [[stream, entries], ...]
+            Value::Array(streams) => streams
+                .into_iter()
+                .map(|stream| match stream {
+                    Value::Array(pair) => pair
+                        .into_iter()
+                        .nth(1)
+                        .ok_or_else(|| not_a_read_reply("a stream without its entries")),
+                    _ => Err(not_a_read_reply("a stream that is not a pair")),
+                })
+                .collect::<redis::RedisResult<_>>()?,
+            // RESP3: {stream: entries, ...}
+            Value::Map(streams) => streams.into_iter().map(|(_, entries)| entries).collect(),
+            _ => return Err(not_a_read_reply("neither a list nor a map of streams")),
+        };
+        let mut read = Vec::new();
+        for entries in streams {
+            let Value::Array(entries) = entries else {
+                return Err(not_a_read_reply("entries that are not a list"));
+            };
+            read.reserve(entries.len());
+            for entry in entries {
+                let Value::Array(entry) = entry else {
+                    return Err(not_a_read_reply("an entry that is not a list"));
+                };
+                let mut parts = entry.into_iter();
+                let id = parts
+                    .next()
+                    .and_then(owned_text)
+                    .ok_or_else(|| not_a_read_reply("an entry without an id"))?;
+                read.push(QueueEntry::from_read_reply(
+                    id,
+                    parts.next().unwrap_or(Value::Nil),
+                ));
+            }
+        }
+        Ok(Self(read))
+    }
+}
+
+/// A reply string as an owned `String` without copying it (`None`: not a string, or not UTF-8).
+fn owned_text(v: Value) -> Option<String> {
+    match v {
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text),
+        Value::VerbatimString { text, .. } => Some(text),
+        _ => None,
+    }
+}
+
+fn not_a_read_reply(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::TypeError,
+        "not a stream read reply",
+        what.to_string(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +432,105 @@ mod tests {
         assert_eq!(fields[0].1, "7");
         assert_eq!(fields[7].1, "2024-05-06T07:08:09.123456Z");
         assert_eq!(fields[8].1, "2");
+    }
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn entry_value(id: &str, flat: &[&str]) -> Value {
+        Value::Array(vec![
+            bulk(id),
+            Value::Array(flat.iter().map(|t| bulk(t)).collect()),
+        ])
+    }
+
+    fn read(v: Value) -> Vec<QueueEntry> {
+        redis::from_owned_redis_value::<ReadEntries>(v).unwrap().0
+    }
+
+    #[test]
+    fn a_read_reply_gives_the_entries_xread_always_gave() {
+        let entries = vec![
+            entry_value("1-0", &["event_id", "7", "payload", "{}", "attempt", "1"]),
+            entry_value("2-0", &["event_type", "a.b", "event_id", "8"]),
+        ];
+        let reply = Value::Array(vec![Value::Array(vec![bulk("q"), Value::Array(entries)])]);
+        let via_map: redis::streams::StreamReadReply = redis::from_redis_value(&reply).unwrap();
+        let before: Vec<QueueEntry> = via_map.keys[0]
+            .ids
+            .iter()
+            .map(QueueEntry::from_stream)
+            .collect();
+        let now = read(reply);
+        assert_eq!(now, before);
+        assert_eq!(now[0].stream_id, "1-0");
+        assert_eq!(now[0].event_id(), Some(7));
+        assert_eq!(now[1].event_type(), Some("a.b"));
+        assert_eq!(
+            now[0].fields,
+            [("attempt", "1"), ("event_id", "7"), ("payload", "{}")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+    }
+
+    #[test]
+    fn a_read_reply_in_resp3_nil_or_of_several_streams_reads_the_same() {
+        assert!(read(Value::Nil).is_empty(), "a read that timed out");
+        let resp3 = Value::Map(vec![(
+            bulk("q"),
+            Value::Array(vec![entry_value("5-1", &["event_id", "9"])]),
+        )]);
+        let entries = read(resp3);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].event_id(), Some(9));
+        let two = Value::Array(vec![
+            Value::Array(vec![bulk("a"), Value::Array(vec![entry_value("1-0", &[])])]),
+            Value::Array(vec![bulk("b"), Value::Array(vec![entry_value("2-0", &[])])]),
+        ]);
+        let ids: Vec<String> = read(two).into_iter().map(|e| e.stream_id).collect();
+        assert_eq!(ids, ["1-0", "2-0"]);
+        assert!(
+            redis::from_owned_redis_value::<ReadEntries>(Value::Int(3)).is_err(),
+            "not a read reply"
+        );
+    }
+
+    #[test]
+    fn a_read_entry_keeps_a_names_last_value_and_drops_what_is_not_text() {
+        let mut flat = vec![
+            bulk("event_id"),
+            bulk("1"),
+            Value::BulkString(vec![0xff, 0xfe]),
+            bulk("name not text"),
+            bulk("payload"),
+            Value::BulkString(vec![0xff]),
+            bulk("event_id"),
+            bulk("2"),
+        ];
+        flat.push(bulk("dangling name"));
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("q"),
+            Value::Array(vec![
+                Value::Array(vec![bulk("1-0"), Value::Array(flat)]),
+                // Deleted while pending: `XREADGROUP` from an id gives its id alone.
+                Value::Array(vec![bulk("2-0"), Value::Nil]),
+            ]),
+        ])]);
+        let entries = read(reply);
+        assert_eq!(
+            entries[0].event_id(),
+            Some(2),
+            "the last value, as a map kept it"
+        );
+        assert_eq!(
+            entries[0].get("payload"),
+            Some(""),
+            "a value not UTF-8 reads empty"
+        );
+        assert_eq!(entries[0].fields.len(), 2, "a name not UTF-8 is left out");
+        assert_eq!(entries[1].stream_id, "2-0");
+        assert!(entries[1].fields.is_empty());
     }
 
     #[test]

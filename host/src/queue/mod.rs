@@ -31,7 +31,7 @@ pub use backlog::{
     QueueBacklog, StalledAndDead, StreamConsumers, TrimmedCounts,
 };
 pub use bullmq::{job_data, BullmqQueueKeys};
-pub use entry::{field, QueueEntry};
+pub use entry::{field, QueueEntry, ReadEntries};
 pub use keys::{KeyLayout, QueueKeys};
 
 /// Consumer group every outbox receiver joins on a queue's stream.

@@ -18,9 +18,10 @@
 //! queue lost its handler, the shutdown grace at shutdown). It never records an outcome but
 //! through `outcomes`, whose owner-token checks keep a recovered entry from running twice.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::streams::StreamReadOptions;
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -33,6 +34,7 @@ use super::receipts::HandlerRun;
 use super::receipts_backlog::{ReceiptsBacklog, RECHECK_HELD};
 use super::{ClaimAhead, HandledAs, QueueEntry, ReceiveError, Receivers, Retry, CONSUMER_GROUP};
 use crate::fault;
+use crate::queue::ReadEntries;
 use crate::reconnect::Backoff;
 use crate::redis_conn::RedisConn;
 
@@ -54,6 +56,17 @@ impl Receivers {
     /// finish and record its outcome; at shutdown, within the grace period.
     pub(super) async fn consume_until(
         self,
+        queue: String,
+        stop: CancellationToken,
+        shutdown: CancellationToken,
+    ) {
+        Arc::new(self).consume_shared(queue, stop, shutdown).await
+    }
+
+    /// [`consume_until`](Self::consume_until) on receivers its handler tasks share: each task
+    /// holds the loop's `Arc`, not a copy of every role's handles.
+    async fn consume_shared(
+        self: Arc<Self>,
         queue: String,
         stop: CancellationToken,
         shutdown: CancellationToken,
@@ -197,7 +210,7 @@ impl Receivers {
             let read = if recover {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    r = self.recover_own_pending(&queue, connection, &mut handling) => r.map(|_| None),
+                    r = self.recover_own_pending(&queue, connection, &mut handling) => r.map(|_| ReadEntries::default()),
                 }
             } else {
                 // Read only once a handler task can start: what is read is claimed and handled at
@@ -242,7 +255,7 @@ impl Receivers {
                     .count(available)
                     .block(READ_BLOCK_MS);
                 let keys = [&key];
-                let read: redis::RedisResult<Option<StreamReadReply>> = tokio::select! {
+                let read: redis::RedisResult<ReadEntries> = tokio::select! {
                     _ = stop.cancelled() => {
                         limiter.refund_starts(&queue, starts.as_ref(), 0).await;
                         break;
@@ -250,24 +263,18 @@ impl Receivers {
                     r = connection.xread_options(&keys, &[">"], &opts) => r,
                 };
                 let used = match &read {
-                    Ok(Some(reply)) => reply.keys.iter().map(|k| k.ids.len()).sum(),
-                    _ => 0,
+                    Ok(entries) => entries.0.len(),
+                    Err(_) => 0,
                 };
                 limiter.refund_starts(&queue, starts.as_ref(), used).await;
                 read
             };
             match read {
-                Ok(reply) => {
+                Ok(ReadEntries(entries)) => {
                     recover = false;
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
                     }
-                    let entries = reply
-                        .map(|r: StreamReadReply| r.keys)
-                        .unwrap_or_default()
-                        .iter()
-                        .flat_map(|stream| stream.ids.iter().map(QueueEntry::from_stream))
-                        .collect();
                     self.spawn_handlers(&queue, entries, &mut handling).await;
                 }
                 Err(e) => {
@@ -330,7 +337,7 @@ impl Receivers {
     /// tasks; not while the queue is `paused`: they wait, pending, until it resumes), trim
     /// acknowledged ones.
     async fn housekeeping(
-        &self,
+        self: &Arc<Self>,
         queue: &str,
         handling: &mut Handling,
         paused: bool,
@@ -361,7 +368,7 @@ impl Receivers {
     /// takes another consumer's), each page after the last id of the one before, so it ends
     /// even while every entry it sees is running. Returns how many it handed on.
     pub(super) async fn recover_own_pending(
-        &self,
+        self: &Arc<Self>,
         queue: &str,
         connection: &mut RedisConn,
         handling: &mut Handling,
@@ -389,7 +396,7 @@ impl Receivers {
     /// key runs or waits for a retry here; otherwise it waits in its key's lane (see
     /// `receive::ordering`), and the task running its key runs it next.
     pub(super) async fn spawn_handlers(
-        &self,
+        self: &Arc<Self>,
         queue: &str,
         entries: Vec<QueueEntry>,
         handling: &mut Handling,
@@ -422,7 +429,7 @@ impl Receivers {
     /// Start a handler task for each of `entries` (with its ordering key when its lane admitted
     /// it): see [`spawn_handlers`](Self::spawn_handlers).
     async fn spawn_admitted(
-        &self,
+        self: &Arc<Self>,
         queue: &str,
         entries: Vec<(Option<String>, (QueueEntry, InFlightGuard))>,
         handling: &mut Handling,
@@ -452,7 +459,7 @@ impl Receivers {
                 None => group.iter().map(|_| ClaimAhead::NotTried).collect(),
             };
             for (((key, (entry, guard)), permit), ahead) in group.drain(..).zip(aheads) {
-                let me = self.clone();
+                let me = Arc::clone(self);
                 let queue = queue.to_string();
                 let lanes = handling.lanes.clone();
                 // Boxed: the task's future (the entry's whole life, several KB) is then moved

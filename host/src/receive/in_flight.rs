@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use super::controls::Concurrency;
 use super::ordering::KeyLanes;
 use super::{QueueEntry, CONSUMER_GROUP};
+use crate::queue::ReadEntries;
 use crate::redis_conn::RedisConn;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::streams::StreamReadOptions;
 use redis::AsyncCommands;
 
 /// The stream ids one receiver loop has handed to a handler task that has not finished, and,
@@ -138,22 +139,18 @@ pub(super) async fn own_pending_not_in_flight(
     let mut after = "0".to_string();
     let mut recovered = Vec::new();
     let read = loop {
-        let page: Option<StreamReadReply> =
-            match connection.xread_options(&[key], &[&after], &opts).await {
-                Ok(page) => page,
-                Err(e) => break Err(e),
-            };
-        let ids: Vec<_> = page
-            .map(|p| p.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default();
-        let Some(last) = ids.last() else {
+        let page: ReadEntries = match connection.xread_options(&[key], &[&after], &opts).await {
+            Ok(page) => page,
+            Err(e) => break Err(e),
+        };
+        let Some(last) = page.0.last() else {
             break Ok(());
         };
-        after = last.id.clone();
+        after = last.stream_id.clone();
         recovered.extend(
-            ids.iter()
-                .filter(|id| !in_flight.taken(&id.id))
-                .map(QueueEntry::from_stream),
+            page.0
+                .into_iter()
+                .filter(|entry| !in_flight.taken(&entry.stream_id)),
         );
     };
     in_flight.recovering(false);
