@@ -25,10 +25,11 @@
 //   {"baseline":"graphile-worker","version":"0.18.0","preset":"defaults","warm":false,
 //    "jobs":N,"concurrency":10,"local_queue_size":-1,"complete_job_batch_delay":-1,
 //    "local_queue_started":false,"seconds":S,"jobs_per_second":R,"first_job_ms":F,
-//    "cpu_us_per_job":C,"postgres_cpu_us_per_job":P}
+//    "cpu_us_per_job":C,"postgres_cpu_us_per_job":P,"wal_bytes_per_job":W}
 // cpu_us_per_job is this node process's CPU (process.cpuUsage(), user + system) over the timed
 // window per job; postgres_cpu_us_per_job is that of every `postgres` process on the machine
-// (from /proc, null where /proc is missing). Anything else goes to stderr. Exits non-zero on any
+// (from /proc, null where /proc is missing); wal_bytes_per_job is the WAL the server wrote over
+// the window per job (its insert position, as outbox-bench reads it for the host). Anything else goes to stderr. Exits non-zero on any
 // failure (never prints a figure then).
 
 import { EventEmitter } from "node:events";
@@ -100,7 +101,7 @@ async function recreateDatabase(adminUrl, database) {
 }
 
 // Insert `jobs` jobs in one transaction; `beforeCommit` runs just before the COMMIT is sent.
-async function insertJobs(connectionString, jobs, { vacuum, beforeCommit = () => {} }) {
+async function insertJobs(connectionString, jobs, { vacuum, beforeCommit = async () => {} }) {
   const client = new pg.Client({ connectionString });
   await client.connect();
   try {
@@ -112,12 +113,20 @@ async function insertJobs(connectionString, jobs, { vacuum, beforeCommit = () =>
          FROM generate_series(1, $1::int) g))`,
       [jobs],
     );
-    beforeCommit();
+    await beforeCommit(client);
     await client.query("COMMIT");
     if (vacuum) await client.query("VACUUM ANALYZE graphile_worker._private_jobs");
   } finally {
     await client.end();
   }
+}
+
+// The server's WAL insert position in bytes, through `client` (a pg Client or Pool).
+async function walInsertPosition(client) {
+  const { rows } = await client.query(
+    "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::float8 AS bytes",
+  );
+  return Number(rows[0].bytes);
 }
 
 // CPU seconds (user + system) used so far by every process named `name`, from /proc; null
@@ -199,6 +208,7 @@ async function main() {
     taskList: { noop: async () => {} },
     ...(preset === undefined ? {} : { preset }),
   });
+  let walBefore = await walInsertPosition(watcher);
   let cpuBefore = cpuSeconds();
   let postgresBefore = cpuSecondsOf("postgres");
   if (args.warm) {
@@ -213,7 +223,8 @@ async function main() {
     await new Promise((resolve) => setTimeout(resolve, 500));
     await insertJobs(connectionString, args.jobs, {
       vacuum: false,
-      beforeCommit: () => {
+      beforeCommit: async (client) => {
+        walBefore = await walInsertPosition(client);
         cpuBefore = cpuSeconds();
         postgresBefore = cpuSecondsOf("postgres");
         start = performance.now();
@@ -232,6 +243,7 @@ async function main() {
   const seconds = (performance.now() - start) / 1000;
   const cpu = cpuSeconds() - cpuBefore;
   const postgresAfter = cpuSecondsOf("postgres");
+  const walAfter = await walInsertPosition(watcher);
   await runner.stop();
   await watcher.end();
   const { version } = JSON.parse(
@@ -256,6 +268,7 @@ async function main() {
         postgresBefore === null || postgresAfter === null
           ? null
           : ((postgresAfter - postgresBefore) * 1e6) / args.jobs,
+      wal_bytes_per_job: (walAfter - walBefore) / args.jobs,
     })}\n`,
   );
 }

@@ -44,6 +44,7 @@ use crate::dispatch::sql_limit;
 use crate::e2e::{drain, GraphileWorkerRun};
 use crate::host_process::{cpu_seconds, cpu_seconds_of, outbox_binary, HostProcess};
 use crate::report::Report;
+use crate::work::Work;
 use crate::Args;
 
 const SECTION: &str = "deployed";
@@ -140,10 +141,12 @@ impl Cpu {
     }
 }
 
-/// One timed run: seconds from the COMMIT to the end, and CPU µs per event over that window.
+/// One timed run: seconds from the COMMIT to the end, CPU µs per event over that window, and
+/// (end to end) the work counted per event.
 pub(crate) struct Timed {
     pub(crate) seconds: f64,
     pub(crate) cpu: Cpu,
+    pub(crate) work: Option<Work>,
 }
 
 /// One latency run.
@@ -212,9 +215,10 @@ async fn end_to_end(
     for round in 1..=args.rounds {
         let (pool, bench) = fresh_database(settings, database).await?;
         let host = start_host(exe, deployment, &bench, &pool, false, None).await;
+        let mut redis = redis_connection(settings).await?;
         let result = match host {
             Ok(mut host) => {
-                let result = e2e_timed(&mut host, &pool, n).await;
+                let result = e2e_timed(&mut host, &pool, &mut redis, n).await;
                 stop_host(host, result).await
             }
             Err(e) => Err(e),
@@ -229,6 +233,12 @@ async fn end_to_end(
             run.cpu.postgres,
             run.cpu.redis
         ));
+        if let Some(work) = run.work {
+            report.say(format_args!(
+                "      work per event: PostgreSQL WAL {:.0} bytes; Redis {:.2} commands ({:.3} script calls, their commands counted)",
+                work.wal_bytes, work.redis_commands, work.redis_scripts
+            ));
+        }
         if best.as_ref().is_none_or(|b| run.seconds < b.seconds) {
             best = Some(run);
         }
@@ -300,6 +310,29 @@ async fn end_to_end(
         best.cpu.redis,
         "µs/event",
     );
+    if let Some(work) = best.work {
+        let figure = report.figure(
+            SECTION,
+            "deployed.e2e_wal_bytes",
+            "deployed end to end: PostgreSQL WAL per event",
+            work.wal_bytes,
+            "bytes/event",
+        );
+        if let Some(wal) = preset.as_ref().and_then(|gw| gw.wal_bytes_per_job) {
+            figure.against(
+                "deployed.gw_preset_wal_bytes",
+                "graphile-worker (performance preset): PostgreSQL WAL per job",
+                wal,
+            );
+        }
+        report.figure(
+            SECTION,
+            "deployed.e2e_redis_commands",
+            "deployed end to end: Redis commands per event (a script's own counted)",
+            work.redis_commands,
+            "commands/event",
+        );
+    }
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use outbox_host::config::{RoutesFile, Settings};
 use outbox_host::queue::QueueKeys;
+use outbox_host::redis_conn::RedisConn;
 use outbox_host::store;
 use redis::AsyncCommands as _;
 use sqlx::PgPool;
@@ -17,6 +18,7 @@ use sqlx::PgPool;
 use crate::common::{clear_redis, recreate_database, redis_connection, BENCH_QUEUE};
 use crate::deployed::{Cpu, Timed, DISPATCH_TYPES, RUN_DEADLINE};
 use crate::host_process::{HostProcess, RunOptions};
+use crate::work::Work;
 
 /// The configuration the repository ships, from its root.
 pub(crate) const SHIPPED_ROUTES: &str = "routes.toml";
@@ -293,6 +295,7 @@ async fn commit_timed(
 pub(crate) async fn e2e_timed(
     host: &mut HostProcess,
     pool: &PgPool,
+    redis: &mut RedisConn,
     n: i64,
 ) -> anyhow::Result<Timed> {
     let mut tx = pool.begin().await.context("begin")?;
@@ -303,6 +306,7 @@ pub(crate) async fn e2e_timed(
     .execute(&mut *tx)
     .await
     .context("insert the bench events")?;
+    let work_before = Work::now(pool, redis).await?;
     let (last, before, start) = commit_timed(tx, host, "the bench events").await?;
     let deadline = start + RUN_DEADLINE;
     // Cheap until the last event has its receipt (one primary-key probe), then the count.
@@ -332,7 +336,14 @@ pub(crate) async fn e2e_timed(
     .await?;
     let seconds = start.elapsed().as_secs_f64();
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
-    Ok(Timed { seconds, cpu })
+    let work = Work::now(pool, redis)
+        .await?
+        .per_event_since(work_before, n);
+    Ok(Timed {
+        seconds,
+        cpu,
+        work: Some(work),
+    })
 }
 
 /// Insert `n` events over [`DISPATCH_TYPES`], round-robin, in one statement.
@@ -391,7 +402,11 @@ pub(crate) async fn dispatch_timed(
             .await
             .context("count the events not done")?;
     anyhow::ensure!(failed == 0, "{failed} of {n} events ended other than done");
-    Ok(Timed { seconds, cpu })
+    Ok(Timed {
+        seconds,
+        cpu,
+        work: None,
+    })
 }
 
 /// Run `check` every `every` until it finds what it waits for (`None`), failing if `host` exits

@@ -66,6 +66,9 @@ pub(crate) struct GraphileWorkerRun {
     /// CPU µs of every PostgreSQL process per job over the timed window.
     #[serde(default)]
     pub(crate) postgres_cpu_us_per_job: Option<f64>,
+    /// WAL bytes PostgreSQL wrote per job over the timed window (see the bench's `work`).
+    #[serde(default)]
+    pub(crate) wal_bytes_per_job: Option<f64>,
 }
 
 /// The host end to end, graphile-worker on the same workload, and their ratio.

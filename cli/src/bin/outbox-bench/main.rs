@@ -55,6 +55,7 @@ mod policy;
 mod receive;
 mod report;
 mod rss;
+mod work;
 
 #[derive(Parser, Serialize)]
 #[command(about = "Measure the outbox host against its baselines, in one run")]
