@@ -312,7 +312,8 @@ impl QueueEntry {
 }
 
 /// The entries of an `XREADGROUP` (or `XREAD`) reply, in stream order, every stream of the
-/// reply together: no reply (a read that timed out) is no entry.
+/// reply together: no reply (a read that timed out) is no entry. Any stream's entries read as
+/// an id and fields: the receipt writer reads its receipts stream with it too.
 ///
 /// Built from the reply's own strings: the parsed reply is not copied into a map per entry
 /// and then again into the entry's fields, which cost a receiver a dozen allocations per

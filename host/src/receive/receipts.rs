@@ -19,16 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::redis_conn::RedisConn;
-use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
-};
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::fault;
 use crate::queue::receipt::RECEIPT_FIELD;
-use crate::queue::{KeyLayout, QueueKeys, CONSUMER_GROUP};
+use crate::queue::{KeyLayout, QueueEntry, QueueKeys, ReadEntries, CONSUMER_GROUP};
 use crate::reconnect::{retry_blips, Backoff};
 use crate::redis_conn::RedisTarget;
 use crate::store::{write_receipt_updates, KeptConnections, PositionedUpdate, StreamPosition};
@@ -160,17 +158,17 @@ impl ReceiptUpdate {
         })
     }
 
-    /// The update of one receipts stream entry, with its position (`None`: the entry holds no
-    /// readable receipt).
-    fn from_stream(entry: &StreamId) -> Option<PositionedUpdate> {
-        let json: String = entry.get(RECEIPT_FIELD)?;
-        match Self::decode(&json) {
+    /// The update of one receipts stream entry (read as any stream entry is: its id and its
+    /// fields), with its position (`None`: the entry holds no readable receipt).
+    fn from_entry(entry: &QueueEntry) -> Option<PositionedUpdate> {
+        let json = entry.get(RECEIPT_FIELD)?;
+        match Self::decode(json) {
             Ok(update) => Some(PositionedUpdate {
                 update,
-                position: stream_position(&entry.id),
+                position: stream_position(&entry.stream_id),
             }),
             Err(e) => {
-                tracing::error!(entry = %entry.id, error = %e, "unreadable receipts stream entry; dropped");
+                tracing::error!(entry = %entry.stream_id, error = %e, "unreadable receipts stream entry; dropped");
                 None
             }
         }
@@ -464,7 +462,7 @@ impl ReceiptWriter {
         from: ReadFrom,
         block: Option<Duration>,
         count: usize,
-    ) -> redis::RedisResult<Vec<StreamId>> {
+    ) -> redis::RedisResult<Vec<QueueEntry>> {
         let mut opts = StreamReadOptions::default()
             .group(CONSUMER_GROUP, &self.consumer)
             .count(count);
@@ -475,16 +473,14 @@ impl ReceiptWriter {
             ReadFrom::OwnPending => "0",
             ReadFrom::New => ">",
         };
-        let reply: Option<StreamReadReply> =
+        let ReadEntries(entries) =
             redis::AsyncCommands::xread_options(conn, &[&self.stream], &[id], &opts).await?;
-        Ok(reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default())
+        Ok(entries)
     }
 
     /// Entries another writer read and left unwritten for longer than the receiver lease (it
     /// died, or its database writes keep failing): now this consumer's.
-    async fn adopt(&self, conn: &mut RedisConn) -> redis::RedisResult<Vec<StreamId>> {
+    async fn adopt(&self, conn: &mut RedisConn) -> redis::RedisResult<Vec<QueueEntry>> {
         let reply: StreamAutoClaimReply = redis::AsyncCommands::xautoclaim_options(
             conn,
             &self.stream,
@@ -501,14 +497,14 @@ impl ReceiptWriter {
                 "adopted receipts another writer left unwritten"
             );
         }
-        Ok(reply.claimed)
+        Ok(reply.claimed.iter().map(QueueEntry::from_stream).collect())
     }
 
     /// Write `entries` to `outbox_receipt`, then acknowledge and delete them.
-    async fn write(&self, conn: &mut RedisConn, entries: &[StreamId]) -> Result<(), String> {
+    async fn write(&self, conn: &mut RedisConn, entries: &[QueueEntry]) -> Result<(), String> {
         let batch: Vec<PositionedUpdate> = entries
             .iter()
-            .filter_map(ReceiptUpdate::from_stream)
+            .filter_map(ReceiptUpdate::from_entry)
             .collect();
         if !batch.is_empty() {
             retry_blips(
@@ -529,7 +525,7 @@ impl ReceiptWriter {
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             metrics::counter!("outbox_receipts_written_total").increment(batch.len() as u64);
         }
-        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        let ids: Vec<&str> = entries.iter().map(|e| e.stream_id.as_str()).collect();
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("XACK")
