@@ -21,12 +21,17 @@ async fn wait_done(env: &TestEnv, id: i64) {
     .await;
 }
 
+/// The backend process id of `conn`.
+async fn backend_pid(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+}
+
 /// The backend process id of a lent connection.
 async fn backend_of(kept: &KeptConnections) -> (i32, Result<(), sqlx::Error>) {
     let mut conn = kept.acquire().await.unwrap();
-    let pid: Result<i32, sqlx::Error> = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *conn)
-        .await;
+    let pid = backend_pid(&mut conn).await;
     conn.finished(&pid);
     match pid {
         Ok(pid) => (pid, Ok(())),
@@ -77,14 +82,8 @@ async fn kept_connections_are_reused_and_all_given_up_after_a_failed_statement(p
     // Two lent at once: both kept afterwards, up to the number asked for.
     let mut a = kept.acquire().await.unwrap();
     let mut b = kept.acquire().await.unwrap();
-    let pid_a: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *a)
-        .await
-        .unwrap();
-    let pid_b: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *b)
-        .await
-        .unwrap();
+    let pid_a = backend_pid(&mut a).await.unwrap();
+    let pid_b = backend_pid(&mut b).await.unwrap();
     assert_ne!(
         pid_a, pid_b,
         "the pool lends a second connection while the kept one is busy"
