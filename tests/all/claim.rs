@@ -444,3 +444,47 @@ async fn setting(pool: &PgPool, name: &str) -> String {
         .await
         .unwrap()
 }
+
+/// One hand-off call reads its enqueue markers at once, and each entry still sees what a
+/// lookup at its own turn would: an event handed off before is not added again, and an event
+/// named twice in the same call (the same queue) is added once, the second reading the marker
+/// the first set.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_same_event_twice_in_one_hand_off_call_is_enqueued_once(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let ids = env
+        .publish_all(
+            (0..3)
+                .map(|i| NewEvent::new("mail.welcome", json!({"i": i})))
+                .collect(),
+        )
+        .await;
+    let claim = store::claim_due_events(&env.pool, "w1", 100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claim.events.len(), 3);
+    let sink = env.sink().await;
+    let mail = |i: usize| Enqueue {
+        event: &claim.events[i],
+        queue: "outbox.mail",
+    };
+    let before = sink.enqueue_all(&[mail(0)]).await;
+    let EnqueueResult::Added(first) = &before[0] else {
+        panic!("{before:?}")
+    };
+    let results = sink
+        .enqueue_all(&[mail(0), mail(1), mail(1), mail(2)])
+        .await;
+    assert_eq!(results[0], EnqueueResult::AlreadyEnqueued(first.clone()));
+    let EnqueueResult::Added(second) = &results[1] else {
+        panic!("{results:?}")
+    };
+    assert_eq!(results[2], EnqueueResult::AlreadyEnqueued(second.clone()));
+    assert!(matches!(results[3], EnqueueResult::Added(_)), "{results:?}");
+    assert_eq!(
+        env.event_ids("outbox.mail").await,
+        ids,
+        "one stream entry per event"
+    );
+    env.cleanup().await;
+}

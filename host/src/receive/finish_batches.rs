@@ -200,6 +200,149 @@ mod tests {
         id
     }
 
+    /// `XGROUP CREATE ... MKSTREAM` on each of `streams`.
+    async fn with_group(conn: &mut RedisConn, streams: &[&String]) {
+        for stream in streams {
+            let _: () = redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg(*stream)
+                .arg(CONSUMER_GROUP)
+                .arg("0")
+                .arg("MKSTREAM")
+                .query_async(conn)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// How many entries of `stream` are pending in the group.
+    async fn pending_count(conn: &RedisConn, stream: &str) -> usize {
+        let reply: redis::streams::StreamPendingReply =
+            conn.clone().xpending(stream, CONSUMER_GROUP).await.unwrap();
+        reply.count()
+    }
+
+    /// A claim named twice in one finish call (its success sent twice) is recorded once: the
+    /// second check reads the marker the first set (`done`, no longer the owner's), so the
+    /// second answers as a lost claim and writes nothing, and every recorded entry is
+    /// acknowledged.
+    #[tokio::test]
+    async fn a_claim_named_twice_in_one_finish_call_is_recorded_once() {
+        let mut conn = redis().await;
+        let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
+        let stream = keys.stream("queue-a");
+        let receipts = keys.receipts_stream("queue-a");
+        with_group(&mut conn, &[&stream]).await;
+        let markers: Vec<String> = (1..=2)
+            .map(|i| keys.handled_marker("queue-a", "h", i))
+            .collect();
+        let first = delivered_and_claimed(&mut conn, &stream, &markers[0], "c:1").await;
+        let second = delivered_and_claimed(&mut conn, &stream, &markers[1], "c:2").await;
+        let finish = |marker: &String, owner: &str, id: &String| PendingFinish {
+            receipts_stream: receipts.clone(),
+            marker: marker.clone(),
+            stream: stream.clone(),
+            owner_value: marker_running(owner),
+            stream_id: id.clone(),
+            receipt: format!("receipt of {id}"),
+        };
+        let step = [
+            finish(&markers[0], "c:1", &first),
+            finish(&markers[0], "c:1", &first),
+            finish(&markers[1], "c:2", &second),
+        ];
+        let script = redis::Script::new(FINISH_LUA);
+        let replies: Vec<i64> = finish_invocation(&script, &receipts, 60, &step)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        let settled: Vec<Settled> = replies.into_iter().map(Settled::from_reply).collect();
+        assert_eq!(
+            settled,
+            [Settled::Recorded, Settled::LostClaim, Settled::Recorded]
+        );
+        let receipts_written: usize = conn.xlen(&receipts).await.unwrap();
+        assert_eq!(receipts_written, 2, "one receipt per recorded entry");
+        assert_eq!(pending_count(&conn, &stream).await, 0, "both acknowledged");
+        let mut all = markers.clone();
+        all.extend([stream, receipts]);
+        let _: () = conn.del(all).await.unwrap();
+    }
+
+    /// A finish call that fails part way (the receipts stream key holds a string, so the `XADD`
+    /// of the first entry with a receipt is refused) still acknowledges the entries it finished
+    /// before, as it would have at their turn, and returns the error: a retry of such an entry
+    /// finds it applied, and the entry it failed on is not acknowledged.
+    #[tokio::test]
+    async fn a_finish_call_failing_part_way_acknowledges_what_it_finished_before() {
+        let mut conn = redis().await;
+        let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
+        let stream = keys.stream("queue-a");
+        let receipts = keys.receipts_stream("queue-a");
+        with_group(&mut conn, &[&stream]).await;
+        let _: () = conn.set(&receipts, "not a stream").await.unwrap();
+        let markers: Vec<String> = (1..=2)
+            .map(|i| keys.handled_marker("queue-a", "h", i))
+            .collect();
+        let quiet = delivered_and_claimed(&mut conn, &stream, &markers[0], "c:1").await;
+        let refused = delivered_and_claimed(&mut conn, &stream, &markers[1], "c:2").await;
+        let step = [
+            PendingFinish {
+                receipts_stream: receipts.clone(),
+                marker: markers[0].clone(),
+                stream: stream.clone(),
+                owner_value: marker_running("c:1"),
+                stream_id: quiet.clone(),
+                receipt: String::new(),
+            },
+            PendingFinish {
+                receipts_stream: receipts.clone(),
+                marker: markers[1].clone(),
+                stream: stream.clone(),
+                owner_value: marker_running("c:2"),
+                stream_id: refused.clone(),
+                receipt: "a receipt".into(),
+            },
+        ];
+        let script = redis::Script::new(FINISH_LUA);
+        let reply: redis::RedisResult<Vec<i64>> = finish_invocation(&script, &receipts, 60, &step)
+            .invoke_async(&mut conn)
+            .await;
+        let error = reply.unwrap_err().to_string();
+        assert!(error.contains("WRONGTYPE"), "{error}");
+        let pending: redis::Value = redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg(CONSUMER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(10)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let ids: Vec<String> = match pending {
+            redis::Value::Array(entries) => entries
+                .iter()
+                .filter_map(|e| match e {
+                    redis::Value::Array(fields) => fields
+                        .first()
+                        .and_then(|id| redis::from_redis_value::<String>(id).ok()),
+                    _ => None,
+                })
+                .collect(),
+            other => panic!("XPENDING replied {other:?}"),
+        };
+        assert_eq!(
+            ids,
+            [refused],
+            "the finished entry is acknowledged, the refused one not"
+        );
+        let marker: Option<String> = conn.get(&markers[0]).await.unwrap();
+        assert_eq!(marker.as_deref(), Some(MARKER_DONE_OK));
+        let mut all = markers.clone();
+        all.extend([stream, receipts]);
+        let _: () = conn.del(all).await.unwrap();
+    }
+
     #[tokio::test]
     async fn successes_recorded_together_keep_each_entrys_own_owner_check() {
         let mut conn = redis().await;
