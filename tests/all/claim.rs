@@ -445,10 +445,9 @@ async fn setting(pool: &PgPool, name: &str) -> String {
         .unwrap()
 }
 
-/// One hand-off call reads its enqueue markers at once, and each entry still sees what a
-/// lookup at its own turn would: an event handed off before is not added again, and an event
-/// named twice in the same call (the same queue) is added once, the second reading the marker
-/// the first set.
+/// In one hand-off call each entry's enqueue marker is looked up at its turn: an event handed
+/// off before is not added again, and an event named twice in the same call (the same queue)
+/// is added once, the second finding the marker the first set.
 #[sqlx::test(migrations = "../migrations")]
 async fn the_same_event_twice_in_one_hand_off_call_is_enqueued_once(pool: PgPool) {
     let env = TestEnv::new(pool).await;

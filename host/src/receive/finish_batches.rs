@@ -270,9 +270,9 @@ mod tests {
     }
 
     /// A finish call that fails part way (the receipts stream key holds a string, so the `XADD`
-    /// of the first entry with a receipt is refused) still acknowledges the entries it finished
-    /// before, as it would have at their turn, and returns the error: a retry of such an entry
-    /// finds it applied, and the entry it failed on is not acknowledged.
+    /// of the first entry with a receipt is refused) returns the error and leaves the entries it
+    /// finished before acknowledged (each at its turn): a retry of such an entry finds it
+    /// applied, and the entry it failed on is not acknowledged.
     #[tokio::test]
     async fn a_finish_call_failing_part_way_acknowledges_what_it_finished_before() {
         let mut conn = redis().await;
