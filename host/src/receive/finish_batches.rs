@@ -310,7 +310,8 @@ mod tests {
             .await;
         let error = reply.unwrap_err().to_string();
         assert!(error.contains("WRONGTYPE"), "{error}");
-        let pending: redis::Value = redis::cmd("XPENDING")
+        // Each pending entry: (id, consumer, idle ms, deliveries).
+        let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
             .arg(&stream)
             .arg(CONSUMER_GROUP)
             .arg("-")
@@ -319,18 +320,7 @@ mod tests {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let ids: Vec<String> = match pending {
-            redis::Value::Array(entries) => entries
-                .iter()
-                .filter_map(|e| match e {
-                    redis::Value::Array(fields) => fields
-                        .first()
-                        .and_then(|id| redis::from_redis_value::<String>(id).ok()),
-                    _ => None,
-                })
-                .collect(),
-            other => panic!("XPENDING replied {other:?}"),
-        };
+        let ids: Vec<String> = pending.into_iter().map(|(id, ..)| id).collect();
         assert_eq!(
             ids,
             [refused],
@@ -348,17 +338,7 @@ mod tests {
         let mut conn = redis().await;
         let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
         let (a, b) = (keys.stream("queue-a"), keys.stream("queue-b"));
-        for stream in [&a, &b] {
-            let _: () = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(stream)
-                .arg(CONSUMER_GROUP)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
+        with_group(&mut conn, &[&a, &b]).await;
         let markers: Vec<String> = (1..=3)
             .map(|i| keys.handled_marker("queue-a", "h", i))
             .collect();
@@ -401,20 +381,12 @@ mod tests {
             "the new owner's marker is untouched"
         );
         assert_eq!(marker(2).await.as_deref(), Some(MARKER_DONE_OK));
-        let pending = |stream: String| {
-            let mut conn = conn.clone();
-            async move {
-                let reply: redis::streams::StreamPendingReply =
-                    conn.xpending(&stream, CONSUMER_GROUP).await.unwrap();
-                reply.count()
-            }
-        };
         assert_eq!(
-            pending(a.clone()).await,
+            pending_count(&conn, &a).await,
             1,
             "only the lost claim's entry is still pending"
         );
-        assert_eq!(pending(b.clone()).await, 0);
+        assert_eq!(pending_count(&conn, &b).await, 0);
         let receipts: usize = conn.xlen(keys.receipts_stream("queue-a")).await.unwrap();
         assert_eq!(
             receipts, 2,
