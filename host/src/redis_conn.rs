@@ -7,8 +7,8 @@
 //! [`RedisConn`], the one connection type the sinks, receivers, capabilities, console and CLI
 //! use: a shared reconnecting connection on one node, a dedicated one for blocking reads, or a
 //! cluster connection (which routes each command, script and single-slot pipeline to the
-//! slot's primary and follows `MOVED`/`ASK` itself). Timeouts are [`crate::reconnect`]'s on
-//! both. A `redis://` URL that points at a cluster node is refused when the shared connection
+//! slot's primary and follows `MOVED`/`ASK` itself, replaced by a fresh one when a request on
+//! it times out: [`ClusterConn`]). Timeouts are [`crate::reconnect`]'s on both. A `redis://` URL that points at a cluster node is refused when the shared connection
 //! is made: every command on another node's slot would fail with `MOVED`. It takes plain values
 //! (a URL, a key prefix), never the settings; it never builds a key (that is [`crate::queue`])
 //! and never shows a password (see [`RedisTarget::redacted`]).
@@ -16,8 +16,11 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+mod cluster;
+
+pub use cluster::{ClusterConn, REPLACE_AT_MOST_EVERY};
 
 use crate::reconnect::{
     redis_manager_config, redis_reader_config, REDIS_CONNECT_TIMEOUT, REDIS_RESPONSE_TIMEOUT,
@@ -199,9 +202,9 @@ impl RedisTarget {
                 refuse_cluster_node(&mut conn).await?;
                 Ok(RedisConn::Managed(conn))
             }
-            RedisTarget::Cluster { client, .. } => {
-                Ok(RedisConn::Cluster(client.get_async_connection().await?))
-            }
+            RedisTarget::Cluster { client, .. } => Ok(RedisConn::Cluster(
+                ClusterConn::connect(client.clone(), None).await?,
+            )),
         }
     }
 
@@ -219,7 +222,7 @@ impl RedisTarget {
                     .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
                     .set_response_timeout(block + REDIS_RESPONSE_TIMEOUT);
                 Ok(RedisConn::Cluster(
-                    client.get_async_connection_with_config(config).await?,
+                    ClusterConn::connect(client.clone(), Some(config)).await?,
                 ))
             }
         }
@@ -301,8 +304,9 @@ pub enum RedisConn {
     Managed(ConnectionManager),
     /// One node, a connection of its own (blocking reads).
     Dedicated(MultiplexedConnection),
-    /// A Redis Cluster: each command to its slot's primary.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster: each command to its slot's primary, on a connection replaced by a
+    /// fresh one when a request on it times out ([`ClusterConn`]).
+    Cluster(ClusterConn),
 }
 
 impl RedisConn {
@@ -317,7 +321,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Managed(c) => c.req_packed_command(cmd),
             RedisConn::Dedicated(c) => c.req_packed_command(cmd),
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => Box::pin(c.command(cmd)),
         }
     }
 
@@ -330,7 +334,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
             RedisConn::Dedicated(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => Box::pin(c.commands(pipeline, offset, count)),
         }
     }
 
@@ -338,7 +342,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Managed(c) => c.get_db(),
             RedisConn::Dedicated(c) => c.get_db(),
-            RedisConn::Cluster(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.db(),
         }
     }
 }
