@@ -8,8 +8,9 @@
 //! use: a shared reconnecting connection on one node, a dedicated one for blocking reads, or a
 //! cluster connection (which routes each command, script and single-slot pipeline to the
 //! slot's primary and follows `MOVED`/`ASK` itself, replaced by a fresh one when a request on
-//! it times out: [`ClusterConn`]). Timeouts are [`crate::reconnect`]'s on both. A `redis://` URL that points at a cluster node is refused when the shared connection
-//! is made: every command on another node's slot would fail with `MOVED`. It takes plain values
+//! it times out: [`ClusterConn`]). Timeouts are [`crate::reconnect`]'s on both. A `redis://`
+//! URL that points at a cluster node is refused when the shared connection is made: every
+//! command on another node's slot would fail with `MOVED`. It takes plain values
 //! (a URL, a key prefix), never the settings; it never builds a key (that is [`crate::queue`])
 //! and never shows a password (see [`RedisTarget::redacted`]).
 
@@ -20,7 +21,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 mod cluster;
 
-pub use cluster::{ClusterConn, REPLACE_AT_MOST_EVERY};
+pub use cluster::{ClusterConn, REPLACE_AT_MOST_EVERY, REPLACE_CONNECT_LIMIT};
 
 use crate::reconnect::{
     redis_manager_config, redis_reader_config, REDIS_CONNECT_TIMEOUT, REDIS_RESPONSE_TIMEOUT,

@@ -7,8 +7,9 @@
 //! answered at once (the receivers' claims, outcomes and housekeeping all stalled until the
 //! receiver lease let another consumer take their entries). [`ClusterConn`] keeps the current
 //! connection behind an [`ArcSwap`]: a request that times out makes a fresh connection take
-//! its place (one replacement at a time, at most one per [`REPLACE_AT_MOST_EVERY`]), and every
-//! clone of the handle sends its next request on the new one. Requests in flight on the old
+//! its place in the background (one replacement at a time, at most one per
+//! [`REPLACE_AT_MOST_EVERY`], each given [`REPLACE_CONNECT_LIMIT`]), and every clone of the
+//! handle sends its next request on the new one. Requests in flight on the old
 //! connection finish or time out there; nothing is resent (the caller decides, as after any
 //! timeout: a timeout is a blip, see [`crate::fault`]).
 //!
@@ -28,6 +29,10 @@ use redis::{Cmd, Pipeline, RedisResult, Value};
 /// away is not reconnected at the pace of its callers' timeouts.
 pub const REPLACE_AT_MOST_EVERY: Duration = Duration::from_secs(1);
 
+/// How long making a fresh connection may take: one that hangs never holds the replacement
+/// back for good.
+pub const REPLACE_CONNECT_LIMIT: Duration = Duration::from_secs(10);
+
 /// A handle on a cluster connection that is replaced by a fresh one when a request on it times
 /// out (see the module comment). Cheap to clone; every clone shares the connection in use.
 #[derive(Clone)]
@@ -41,7 +46,7 @@ struct Shared {
     config: Option<ClusterConfig>,
     current: ArcSwap<ClusterConnection>,
     /// When the connection was last replaced; held while a replacement is being made.
-    replacing: tokio::sync::Mutex<Option<Instant>>,
+    replacing: Arc<tokio::sync::Mutex<Option<Instant>>>,
     /// Replacements so far.
     replaced: std::sync::atomic::AtomicU64,
 }
@@ -58,7 +63,7 @@ impl ClusterConn {
                 client,
                 config,
                 current: ArcSwap::from_pointee(first),
-                replacing: tokio::sync::Mutex::new(None),
+                replacing: Arc::new(tokio::sync::Mutex::new(None)),
                 replaced: std::sync::atomic::AtomicU64::new(0),
             }),
         })
@@ -75,7 +80,7 @@ impl ClusterConn {
     pub async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
         let used = self.shared.current.load_full();
         let result = (*used).clone().req_packed_command(cmd).await;
-        self.after(&used, &result).await;
+        self.after(&used, &result);
         result
     }
 
@@ -91,7 +96,7 @@ impl ClusterConn {
             .clone()
             .req_packed_commands(pipeline, offset, count)
             .await;
-        self.after(&used, &result).await;
+        self.after(&used, &result);
         result
     }
 
@@ -100,15 +105,15 @@ impl ClusterConn {
         self.shared.current.load().get_db()
     }
 
-    /// After a request on `used`: when it timed out, replace `used` unless another request
-    /// already did, one is being made, or the last was made less than
-    /// [`REPLACE_AT_MOST_EVERY`] ago.
-    async fn after<T>(&self, used: &Arc<ClusterConnection>, result: &RedisResult<T>) {
+    /// After a request on `used`: when it timed out, replace `used` in the background (the
+    /// caller gets its error at once) unless another request already did, a replacement is
+    /// being made, or the last was made less than [`REPLACE_AT_MOST_EVERY`] ago.
+    fn after<T>(&self, used: &Arc<ClusterConnection>, result: &RedisResult<T>) {
         let Err(error) = result else { return };
         if !error.is_timeout() {
             return;
         }
-        let Ok(mut last) = self.shared.replacing.try_lock() else {
+        let Ok(mut last) = Arc::clone(&self.shared.replacing).try_lock_owned() else {
             return;
         };
         if !Arc::ptr_eq(&self.shared.current.load(), used)
@@ -117,18 +122,32 @@ impl ClusterConn {
             return;
         }
         *last = Some(Instant::now());
-        match new_connection(&self.shared.client, self.shared.config.as_ref()).await {
-            Ok(fresh) => {
-                self.shared.current.store(Arc::new(fresh));
-                self.shared
-                    .replaced
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::warn!(%error, "a request on the Redis Cluster connection timed out; the connection is replaced by a fresh one");
+        let shared = Arc::clone(&self.shared);
+        let error = error.to_string();
+        tokio::spawn(async move {
+            // Held until the fresh connection is in place (or could not be made).
+            let _replacing = last;
+            let fresh = tokio::time::timeout(
+                REPLACE_CONNECT_LIMIT,
+                new_connection(&shared.client, shared.config.as_ref()),
+            )
+            .await;
+            match fresh {
+                Ok(Ok(fresh)) => {
+                    shared.current.store(Arc::new(fresh));
+                    shared
+                        .replaced
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(%error, "a request on the Redis Cluster connection timed out; the connection is replaced by a fresh one");
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(%error, reconnect_error = %e, "a request on the Redis Cluster connection timed out and no fresh connection could be made; the next timeout tries again");
+                }
+                Err(_) => {
+                    tracing::warn!(%error, limit = ?REPLACE_CONNECT_LIMIT, "a request on the Redis Cluster connection timed out and a fresh connection was not made in time; the next timeout tries again");
+                }
             }
-            Err(e) => {
-                tracing::warn!(%error, reconnect_error = %e, "a request on the Redis Cluster connection timed out and no fresh connection could be made; the next timeout tries again");
-            }
-        }
+        });
     }
 }
 
