@@ -16,6 +16,7 @@
 //! Never retries a request itself, and never replaces a connection because of an error the
 //! server answered (`MOVED`, `READONLY`, a script error): the client follows those.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,7 +49,7 @@ struct Shared {
     /// When the connection was last replaced; held while a replacement is being made.
     replacing: Arc<tokio::sync::Mutex<Option<Instant>>>,
     /// Replacements so far.
-    replaced: std::sync::atomic::AtomicU64,
+    replaced: AtomicU64,
 }
 
 impl ClusterConn {
@@ -64,16 +65,14 @@ impl ClusterConn {
                 config,
                 current: ArcSwap::from_pointee(first),
                 replacing: Arc::new(tokio::sync::Mutex::new(None)),
-                replaced: std::sync::atomic::AtomicU64::new(0),
+                replaced: AtomicU64::new(0),
             }),
         })
     }
 
     /// How many times the connection was replaced after a request on it timed out.
     pub fn replacements(&self) -> u64 {
-        self.shared
-            .replaced
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.replaced.load(Ordering::Relaxed)
     }
 
     /// Send one command on the current connection.
@@ -135,9 +134,7 @@ impl ClusterConn {
             match fresh {
                 Ok(Ok(fresh)) => {
                     shared.current.store(Arc::new(fresh));
-                    shared
-                        .replaced
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    shared.replaced.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%error, "a request on the Redis Cluster connection timed out; the connection is replaced by a fresh one");
                 }
                 Ok(Err(e)) => {
