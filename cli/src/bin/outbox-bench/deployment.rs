@@ -370,6 +370,13 @@ pub(crate) async fn dispatch_timed(
 ) -> anyhow::Result<Timed> {
     let mut tx = pool.begin().await.context("begin")?;
     insert_dispatch_events(&mut *tx, n).await?;
+    // Every row of this run is claimable from its transaction's start on (a retry or release
+    // only moves that later), so the count below reads the claim index from there, not the
+    // entries every earlier run's finished events left behind until a vacuum.
+    let since: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await
+        .context("read the transaction's start")?;
     let (last, before, start) = commit_timed(tx, host, "the dispatch events").await?;
     let deadline = start + RUN_DEADLINE;
     // Cheap until the last event is done (one primary-key probe), then the claim index's count.
@@ -386,8 +393,9 @@ pub(crate) async fn dispatch_timed(
     .await?;
     poll_until(host, deadline, Duration::from_millis(5), || async {
         let remaining: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM outbox_event WHERE status IN ('pending', 'processing')",
+            "SELECT count(*) FROM outbox_event WHERE status IN ('pending', 'processing') AND available_at >= $1",
         )
+        .bind(since)
         .fetch_one(pool)
         .await
         .context("count the events not done")?;
