@@ -68,6 +68,84 @@ async fn producers_notify_only_while_no_dispatcher_polling_lease_is_current(pool
     env.cleanup().await;
 }
 
+/// The lease end the insert trigger's condition reads (ms since the Unix epoch), and now.
+async fn polling_lease_end_and_now_ms(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT coalesce(pg_sequence_last_value('outbox_dispatcher_polling_until_ms'), 0),
+                (date_part('epoch', clock_timestamp()) * 1000)::bigint",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_trigger_condition_follows_the_latest_polling_lease_and_a_withdrawal_leaves_anothers_in_force(
+    pool: PgPool,
+) {
+    let env = TestEnv::new(pool).await;
+    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
+    listener
+        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
+        .await
+        .unwrap();
+    let insert = |n| env.insert_many("mail.wake", n);
+
+    store::announce_polling(&env.pool, "long", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (end, now) = polling_lease_end_and_now_ms(&env.pool).await;
+    assert!(
+        (55_000..=60_000).contains(&(end - now)),
+        "the latest lease end: {} ms ahead",
+        end - now
+    );
+    store::announce_polling(&env.pool, "short", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        polling_lease_end_and_now_ms(&env.pool).await.0,
+        end,
+        "a shorter lease never moves the end earlier"
+    );
+
+    store::withdraw_polling(&env.pool, "long").await.unwrap();
+    let (end, now) = polling_lease_end_and_now_ms(&env.pool).await;
+    assert!(
+        (15_000..=20_000).contains(&(end - now)),
+        "a withdrawal leaves the other lease's end: {} ms ahead",
+        end - now
+    );
+    insert(1).await;
+    assert!(
+        !notified_within(&mut listener, Duration::from_millis(500)).await,
+        "the other dispatcher still polls: producers do not notify"
+    );
+
+    store::withdraw_polling(&env.pool, "short").await.unwrap();
+    assert_eq!(polling_lease_end_and_now_ms(&env.pool).await.0, 0);
+    insert(1).await;
+    assert!(
+        notified_within(&mut listener, Duration::from_secs(5)).await,
+        "nobody polls: an insert notifies"
+    );
+
+    // A host of the previous version announces its lease in the table alone: the trigger runs
+    // and reads it there.
+    sqlx::query(
+        "INSERT INTO outbox_dispatcher_polling (worker_id, until) VALUES ('previous', clock_timestamp() + interval '30 seconds')",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    insert(1).await;
+    assert!(
+        !notified_within(&mut listener, Duration::from_millis(500)).await,
+        "a lease in the table alone still silences producers"
+    );
+    env.cleanup().await;
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn a_producer_role_allowed_only_to_insert_events_inserts_and_is_heard(pool: PgPool) {
     let env = TestEnv::new(pool).await;

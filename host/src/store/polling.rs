@@ -2,9 +2,16 @@
 //! a dispatcher looks at the table every few milliseconds anyway, so their `NOTIFY` (which
 //! serialises their commits) is not needed.
 //!
-//! Owns announcing, renewing and withdrawing one dispatcher's polling lease. It never decides
-//! when a dispatcher polls (that is `dispatch::wake`), and a row is only ever a lease: one that
-//! is not renewed stops counting at `until`, so a dead host never keeps producers silent.
+//! Owns announcing, renewing and withdrawing one dispatcher's polling lease, and keeping the
+//! latest lease end in the sequence `outbox_dispatcher_polling_until_ms` (milliseconds since the
+//! Unix epoch), which the trigger's `WHEN` condition reads so that it does not even run while a
+//! lease is current (a PL/pgSQL call and a query per inserting statement saved). It never
+//! decides when a dispatcher polls (that is `dispatch::wake`), and a row or the sequence is only
+//! ever a lease: an end that is not renewed stops counting when it passes, so a dead host never
+//! keeps producers silent. The sequence is set when a lease is announced (never lower than it
+//! was) and, at a withdrawal, to the latest end still in the table; two dispatchers changing it
+//! at once may leave it lower than the table (producers notify until the next renewal, a second
+//! at most), never later than an end that was announced.
 
 use std::time::Duration;
 
@@ -21,9 +28,16 @@ pub async fn announce_polling(
 ) -> Result<(), StoreError> {
     sqlx::query(
         r#"
-        INSERT INTO outbox_dispatcher_polling (worker_id, until)
-        VALUES ($1, clock_timestamp() + make_interval(secs => $2))
-        ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until
+        WITH lease AS (
+            INSERT INTO outbox_dispatcher_polling (worker_id, until)
+            VALUES ($1, clock_timestamp() + make_interval(secs => $2))
+            ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until
+            RETURNING until
+        )
+        SELECT setval('outbox_dispatcher_polling_until_ms',
+                      greatest((SELECT last_value FROM outbox_dispatcher_polling_until_ms),
+                               (date_part('epoch', until) * 1000)::bigint))
+        FROM lease
         "#,
     )
     .bind(worker_id)
@@ -37,12 +51,21 @@ pub async fn announce_polling(
 /// Withdraw `worker_id`'s polling lease: producers notify again (unless another dispatcher
 /// polls).
 pub async fn withdraw_polling(pool: &PgPool, worker_id: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM outbox_dispatcher_polling WHERE worker_id = $1")
-        .bind(worker_id)
-        .execute(pool)
-        .await
-        .context(format!(
-            "withdraw the polling lease of dispatcher {worker_id}"
-        ))?;
+    sqlx::query(
+        r#"
+        WITH gone AS (
+            DELETE FROM outbox_dispatcher_polling WHERE worker_id = $1
+        )
+        SELECT setval('outbox_dispatcher_polling_until_ms', coalesce(
+            (SELECT (date_part('epoch', max(until)) * 1000)::bigint
+             FROM outbox_dispatcher_polling WHERE worker_id <> $1), 0))
+        "#,
+    )
+    .bind(worker_id)
+    .execute(pool)
+    .await
+    .context(format!(
+        "withdraw the polling lease of dispatcher {worker_id}"
+    ))?;
     Ok(())
 }
