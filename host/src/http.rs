@@ -292,6 +292,11 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Entries recovered after a receiver restart.",
     ),
     (
+        "outbox_redis_cluster_connections_replaced_total",
+        MetricKind::Counter,
+        "Redis Cluster connections replaced by a fresh one after a request on them timed out.",
+    ),
+    (
         "outbox_redis_trimmed_total",
         MetricKind::Counter,
         "Entries trimmed from a Redis structure at its cap, by queue and kind (dead_letter: the oldest dead letters beyond OUTBOX_DEAD_LETTER_MAX_LEN).",

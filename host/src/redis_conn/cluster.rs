@@ -135,6 +135,8 @@ impl ClusterConn {
                 Ok(Ok(fresh)) => {
                     shared.current.store(Arc::new(fresh));
                     shared.replaced.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("outbox_redis_cluster_connections_replaced_total")
+                        .increment(1);
                     tracing::warn!(%error, "a request on the Redis Cluster connection timed out; the connection is replaced by a fresh one");
                 }
                 Ok(Err(e)) => {
