@@ -108,11 +108,24 @@ async fn dispatches_then_stops_within_its_grace(pool: &PgPool, mut host: Host, n
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let done: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(done, i64::try_from(2 * n).unwrap());
+    // A batch is recorded `done` after its entries reach the stream: wait for the record too.
+    let all = i64::try_from(2 * n).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        if done == all {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {all} events recorded done"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let pid = host.child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
