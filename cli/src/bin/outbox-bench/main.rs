@@ -42,6 +42,7 @@ mod common;
 mod console;
 mod deployed;
 mod deployed_churn;
+mod deployed_latency;
 mod deployment;
 mod dispatch;
 mod e2e;
