@@ -11,6 +11,16 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+/// A session listening on the dispatcher's channel, as a dispatcher does.
+async fn listen_for_new_events(pool: &PgPool) -> PgListener {
+    let mut listener = PgListener::connect_with(pool).await.unwrap();
+    listener
+        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
+        .await
+        .unwrap();
+    listener
+}
+
 /// Whether a notification on the dispatcher's channel arrives within `within`.
 async fn notified_within(listener: &mut PgListener, within: Duration) -> bool {
     matches!(
@@ -32,11 +42,7 @@ async fn current_polling_leases(pool: &PgPool) -> i64 {
 #[sqlx::test(migrations = "../migrations")]
 async fn producers_notify_only_while_no_dispatcher_polling_lease_is_current(pool: PgPool) {
     let env = TestEnv::new(pool).await;
-    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
-    listener
-        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
-        .await
-        .unwrap();
+    let mut listener = listen_for_new_events(&env.pool).await;
     let insert = |n| env.insert_many("mail.wake", n);
 
     insert(1).await;
@@ -84,11 +90,7 @@ async fn the_trigger_condition_follows_the_latest_polling_lease_and_a_withdrawal
     pool: PgPool,
 ) {
     let env = TestEnv::new(pool).await;
-    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
-    listener
-        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
-        .await
-        .unwrap();
+    let mut listener = listen_for_new_events(&env.pool).await;
     let insert = |n| env.insert_many("mail.wake", n);
 
     store::announce_polling(&env.pool, "long", Duration::from_secs(60))
@@ -164,11 +166,7 @@ async fn a_producer_role_allowed_only_to_insert_events_inserts_and_is_heard(pool
         .connect_with(options.username(&role).password(""))
         .await
         .unwrap();
-    let mut listener = PgListener::connect_with(&env.pool).await.unwrap();
-    listener
-        .listen(outbox_host::dispatch::NOTIFY_CHANNEL)
-        .await
-        .unwrap();
+    let mut listener = listen_for_new_events(&env.pool).await;
     let insert = || {
         sqlx::query("INSERT INTO outbox_event (event_type, payload) VALUES ('mail.least', '{}')")
             .execute(&producer)

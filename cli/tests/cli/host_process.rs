@@ -110,22 +110,19 @@ async fn dispatches_then_stops_within_its_grace(pool: &PgPool, mut host: Host, n
     }
     // A batch is recorded `done` after its entries reach the stream: wait for the record too.
     let all = i64::try_from(2 * n).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let done: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
-                .fetch_one(pool)
-                .await
-                .unwrap();
-        if done == all {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{done} of {all} events recorded done"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    outbox_tests::wait_for(
+        "every event recorded done",
+        Duration::from_secs(30),
+        async || {
+            let done: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM outbox_event WHERE status = 'done'")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+            done == all
+        },
+    )
+    .await;
 
     let pid = host.child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")

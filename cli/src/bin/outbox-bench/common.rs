@@ -190,6 +190,41 @@ pub(crate) async fn redis_connection(
         .context("connect to Redis")
 }
 
+/// Read `stream` from its start, on a connection of its own, until `events` entries were read
+/// or `stop` is cancelled: when each event's entry was read, by event id. How the latency
+/// sections time commit -> queue entry.
+pub(crate) async fn spawn_arrival_reader(
+    settings: &Settings,
+    stream: String,
+    events: usize,
+    stop: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<std::collections::HashMap<i64, Instant>>> {
+    let mut reader = redis_connection(settings).await?;
+    Ok(tokio::spawn(async move {
+        let mut seen = std::collections::HashMap::with_capacity(events);
+        let mut last = "0-0".to_string();
+        let opts = redis::streams::StreamReadOptions::default()
+            .block(200)
+            .count(1000);
+        while seen.len() < events && !stop.is_cancelled() {
+            let reply: redis::streams::StreamReadReply =
+                match reader.xread_options(&[&stream], &[&last], &opts).await {
+                    Ok(r) => r,
+                    Err(_) => continue,
+                };
+            let now = Instant::now();
+            for key in reply.keys {
+                for entry in key.ids {
+                    let id = QueueEntry::from_stream(&entry).event_id().unwrap_or(0);
+                    seen.insert(id, now);
+                    last = entry.id;
+                }
+            }
+        }
+        seen
+    }))
+}
+
 /// The dispatcher's run loop with `router` until every one of `events` is done; events/s.
 pub(crate) async fn host_throughput(
     pool: &PgPool,

@@ -3,18 +3,16 @@
 //! entry is read from the queue's stream as the latency section reads it, and the run ends when
 //! every receipt is written, so the CPU window covers the handling too.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outbox_host::config::Settings;
-use outbox_host::queue::{QueueEntry, QueueKeys};
+use outbox_host::queue::QueueKeys;
 use outbox_host::{numeric, publish, store, NewEvent};
-use redis::AsyncCommands as _;
 use sqlx::PgPool;
 
-use crate::common::{percentile_index, redis_connection, BENCH_QUEUE};
+use crate::common::{percentile_index, spawn_arrival_reader, BENCH_QUEUE};
 use crate::deployed::Cpu;
 use crate::deployment::{fresh_database, start_host, stop_host, Deployment};
 use crate::host_process::HostProcess;
@@ -147,32 +145,8 @@ async fn latency_timed(
 ) -> anyhow::Result<LatencyRun> {
     let stream =
         QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(BENCH_QUEUE);
-    let mut reader = redis_connection(settings).await?;
     let stop = tokio_util::sync::CancellationToken::new();
-    let reader_stop = stop.clone();
-    let reader_task = tokio::spawn(async move {
-        let mut seen: HashMap<i64, Instant> = HashMap::with_capacity(events);
-        let mut last = "0-0".to_string();
-        let opts = redis::streams::StreamReadOptions::default()
-            .block(200)
-            .count(1000);
-        while seen.len() < events && !reader_stop.is_cancelled() {
-            let reply: redis::streams::StreamReadReply =
-                match reader.xread_options(&[&stream], &[&last], &opts).await {
-                    Ok(r) => r,
-                    Err(_) => continue,
-                };
-            let now = Instant::now();
-            for key in reply.keys {
-                for entry in key.ids {
-                    let id = QueueEntry::from_stream(&entry).event_id().unwrap_or(0);
-                    seen.insert(id, now);
-                    last = entry.id;
-                }
-            }
-        }
-        seen
-    });
+    let reader_task = spawn_arrival_reader(settings, stream, events, stop.clone()).await?;
 
     // One producer per 100 events/s, each on a connection of its own, committing every 10 ms or
     // so, staggered: a producer runs one transaction after another (begin, insert, commit), and

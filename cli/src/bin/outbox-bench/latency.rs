@@ -6,15 +6,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use outbox_host::config::Settings;
-use outbox_host::queue::{QueueEntry, QueueKeys};
+use outbox_host::queue::QueueKeys;
 use outbox_host::routing::RouterHandle;
 use outbox_host::sink::RedisSink;
 use outbox_host::{publish, NewEvent};
-use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{bench_dispatcher, prepare, redis_connection};
+use crate::common::{bench_dispatcher, prepare, spawn_arrival_reader};
 use crate::report::Report;
 use crate::Args;
 
@@ -78,30 +77,10 @@ async fn latency(
 
     let stream =
         QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(LATENCY_QUEUE);
-    let mut reader = redis_connection(&settings).await?;
-    let reader_task = tokio::spawn(async move {
-        let mut seen: HashMap<i64, Instant> = HashMap::new();
-        let mut last = "0-0".to_string();
-        let opts = redis::streams::StreamReadOptions::default()
-            .block(1000)
-            .count(1000);
-        while seen.len() < count {
-            let reply: redis::streams::StreamReadReply =
-                match reader.xread_options(&[&stream], &[&last], &opts).await {
-                    Ok(r) => r,
-                    Err(_) => continue,
-                };
-            let now = Instant::now();
-            for key in reply.keys {
-                for entry in key.ids {
-                    let id = QueueEntry::from_stream(&entry).event_id().unwrap_or(0);
-                    seen.insert(id, now);
-                    last = entry.id;
-                }
-            }
-        }
-        seen
-    });
+    let reading = CancellationToken::new();
+    let reader_task = spawn_arrival_reader(&settings, stream, count, reading.clone()).await?;
+    // The reader stops with this run, whichever way it ends.
+    let _stop_reading = reading.drop_guard();
 
     let mut committed: HashMap<i64, Instant> = HashMap::with_capacity(count);
     let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
