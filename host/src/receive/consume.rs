@@ -271,7 +271,10 @@ impl Receivers {
             };
             match read {
                 Ok(ReadEntries(entries)) => {
-                    recover = false;
+                    if std::mem::take(&mut recover) {
+                        receipts_backlog.look_next();
+                    }
+                    receipts_backlog.read(entries.len());
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
                     }
