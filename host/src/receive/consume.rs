@@ -274,7 +274,7 @@ impl Receivers {
                     if std::mem::take(&mut recover) {
                         receipts_backlog.look_next();
                     }
-                    receipts_backlog.read(entries.len());
+                    receipts_backlog.entries_read(entries.len());
                     if backoff.succeeded() {
                         tracing::info!(%queue, "receiver reads the queue again");
                     }

@@ -71,7 +71,7 @@ impl ReceiptsBacklog {
     }
 
     /// Count `entries` just read: each adds a receipt once handled.
-    pub(super) fn read(&mut self, entries: usize) {
+    pub(super) fn entries_read(&mut self, entries: usize) {
         if let Some(look) = &mut self.last_look {
             look.read_since = look
                 .read_since
