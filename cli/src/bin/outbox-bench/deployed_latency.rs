@@ -1,7 +1,9 @@
 //! Deployed latency: commit to queue entry through the full `outbox run` as deployed, one event
 //! per transaction at 1000/s and 5000/s offered, from producers on sessions of their own; the
 //! entry is read from the queue's stream as the latency section reads it, and the run ends when
-//! every receipt is written, so the CPU window covers the handling too.
+//! every receipt is written, so the CPU window covers the handling too. Before each, the
+//! baseline: the same producers at the same rate with no `outbox` process, which says what
+//! commit rate the machine allows producers at all.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -15,7 +17,7 @@ use sqlx::PgPool;
 use crate::common::{percentile_index, spawn_arrival_reader, BENCH_QUEUE};
 use crate::deployed::Cpu;
 use crate::deployment::{fresh_database, start_host, stop_host, Deployment};
-use crate::host_process::HostProcess;
+use crate::host_process::{cpu_seconds_of, HostProcess};
 use crate::report::Report;
 use crate::Args;
 
@@ -28,6 +30,8 @@ struct LatencyCase {
     p99_goal_ms: f64,
     p50_key: &'static str,
     p99_key: &'static str,
+    reached_key: &'static str,
+    alone_key: &'static str,
     cpu_key: &'static str,
 }
 
@@ -38,6 +42,8 @@ const LATENCY_CASES: [LatencyCase; 2] = [
         p99_goal_ms: 5.0,
         p50_key: "deployed.latency_1000_p50",
         p99_key: "deployed.latency_1000_p99",
+        reached_key: "deployed.latency_1000_reached",
+        alone_key: "deployed.latency_1000_producers_alone",
         cpu_key: "deployed.latency_1000_host_cpu",
     },
     LatencyCase {
@@ -46,6 +52,8 @@ const LATENCY_CASES: [LatencyCase; 2] = [
         p99_goal_ms: 10.0,
         p50_key: "deployed.latency_5000_p50",
         p99_key: "deployed.latency_5000_p99",
+        reached_key: "deployed.latency_5000_reached",
+        alone_key: "deployed.latency_5000_producers_alone",
         cpu_key: "deployed.latency_5000_host_cpu",
     },
 ];
@@ -74,6 +82,14 @@ pub(crate) async fn run(
         let events = usize::try_from(case.rate.saturating_mul(args.deployed_latency_seconds))
             .context("--deployed-latency-seconds is too large")?;
         anyhow::ensure!(events > 0, "--deployed-latency-seconds must be at least 1");
+        let (pool, bench) = fresh_database(settings, database).await?;
+        let alone = producers_alone(&pool, &bench, case.rate, events).await;
+        pool.close().await;
+        let alone = alone?;
+        report.say(format_args!(
+            "  producers alone at {} events/s offered (no `outbox` process, the insert trigger quiet as under a polling dispatcher): reached {:.0}/s; PostgreSQL CPU µs/commit {:.1}",
+            case.rate, alone.achieved, alone.postgres_us
+        ));
         let (pool, bench) = fresh_database(settings, database).await?;
         let result = match start_host(exe, deployment, &bench, &pool, false, None).await {
             Ok(mut host) => {
@@ -118,6 +134,25 @@ pub(crate) async fn run(
                 "ms",
             )
             .value_at_most(case.p99_goal_ms);
+        report
+            .figure(
+                SECTION,
+                case.reached_key,
+                format!(
+                    "deployed at {} events/s offered, one per transaction: events/s the producers reached with `outbox run` handling them",
+                    case.rate
+                ),
+                run.achieved,
+                "events/s",
+            )
+            .against(
+                case.alone_key,
+                format!(
+                    "the same producers with no `outbox` process (PostgreSQL {:.0} µs/commit)",
+                    alone.postgres_us
+                ),
+                alone.achieved,
+            );
         report.figure(
             SECTION,
             case.cpu_key,
@@ -148,62 +183,9 @@ async fn latency_timed(
     let stop = tokio_util::sync::CancellationToken::new();
     let reader_task = spawn_arrival_reader(settings, stream, events, stop.clone()).await?;
 
-    // One producer per 100 events/s, each on a connection of its own, committing every 10 ms or
-    // so, staggered: a producer runs one transaction after another (begin, insert, commit), and
-    // on a busy machine one takes more than the 2 ms that one producer per 500 events/s had, so
-    // those fell short of the offered 5,000/s.
-    let producers = u32::try_from(rate.div_ceil(PRODUCER_RATE).max(1)).context("rate too high")?;
-    let producer_pool = store::connect(&settings.database_url, producers)
-        .await
-        .context("connect the producers")?;
-    // Every producer's session is open before the clock starts: a connection made during the
-    // run would hold its producer back by the connection's setup.
-    let mut sessions = Vec::new();
-    for _ in 0..producers {
-        sessions.push(
-            producer_pool
-                .acquire()
-                .await
-                .context("connect a producer")?,
-        );
-    }
-    drop(sessions);
-    let period =
-        Duration::from_nanos(1_000_000_000u64.saturating_mul(u64::from(producers)) / rate.max(1));
-    let per_producer = events / usize::try_from(producers)?;
-    let extra = events % usize::try_from(producers)?;
+    let producers = Producers::open(settings, rate).await?;
     let before = Cpu::now(host.pid);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for p in 0..producers {
-        let pool = producer_pool.clone();
-        let index = usize::try_from(p)?;
-        let count = per_producer + usize::from(index < extra);
-        let offset = period / producers * p;
-        tasks.push(tokio::spawn(async move {
-            let mut committed: Vec<(i64, Instant)> = Vec::with_capacity(count);
-            let mut tick =
-                tokio::time::interval_at(tokio::time::Instant::from_std(start + offset), period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            for i in 0..count {
-                tick.tick().await;
-                let mut tx = pool.begin().await?;
-                let id = publish(
-                    &mut tx,
-                    NewEvent::new("bench.echo", serde_json::json!({"producer": p, "i": i})),
-                )
-                .await?;
-                tx.commit().await?;
-                committed.push((id, Instant::now()));
-            }
-            anyhow::Ok(committed)
-        }));
-    }
-    let mut committed: Vec<(i64, Instant)> = Vec::with_capacity(events);
-    for task in tasks {
-        committed.extend(task.await.context("a producer panicked")??);
-    }
-    let publish_seconds = start.elapsed().as_secs_f64();
+    let (committed, publish_seconds) = producers.commit(events).await?;
     let reader_deadline = Instant::now() + Duration::from_secs(60);
     while !reader_task.is_finished() && Instant::now() < reader_deadline {
         host.ensure_running()?;
@@ -231,7 +213,7 @@ async fn latency_timed(
     // The producers' sessions stay open until now: a PostgreSQL process that has exited no
     // longer shows its CPU time.
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
-    producer_pool.close().await;
+    producers.pool.close().await;
 
     let mut lat: Vec<f64> = committed
         .iter()
@@ -254,5 +236,127 @@ async fn latency_timed(
         achieved: numeric::len_figure(events) / publish_seconds,
         events,
         cpu,
+    })
+}
+
+/// The latency runs' producers: one per [`PRODUCER_RATE`] events/s, each on a session of its
+/// own, committing one event per transaction on its own clock, staggered. A producer runs one
+/// transaction after another (begin, insert, commit), and on a busy machine one takes more than
+/// the 2 ms that one producer per 500 events/s had, so those fell short of the offered 5,000/s.
+struct Producers {
+    pool: PgPool,
+    producers: u32,
+    rate: u64,
+}
+
+impl Producers {
+    /// Open every producer's session for `rate` events/s on the database of `settings` before
+    /// the clock starts: a connection made during the run would hold its producer back by the
+    /// connection's setup.
+    async fn open(settings: &Settings, rate: u64) -> anyhow::Result<Self> {
+        let producers =
+            u32::try_from(rate.div_ceil(PRODUCER_RATE).max(1)).context("rate too high")?;
+        let pool = store::connect(&settings.database_url, producers)
+            .await
+            .context("connect the producers")?;
+        let mut sessions = Vec::new();
+        for _ in 0..producers {
+            sessions.push(pool.acquire().await.context("connect a producer")?);
+        }
+        drop(sessions);
+        Ok(Self {
+            pool,
+            producers,
+            rate,
+        })
+    }
+
+    /// Commit `events` `bench.echo` events at the offered rate, one per transaction: each
+    /// event's id with the instant its commit returned, and the seconds from the first tick to
+    /// the last commit.
+    async fn commit(&self, events: usize) -> anyhow::Result<(Vec<(i64, Instant)>, f64)> {
+        let producers = self.producers;
+        let period = Duration::from_nanos(
+            1_000_000_000u64.saturating_mul(u64::from(producers)) / self.rate.max(1),
+        );
+        let per_producer = events / usize::try_from(producers)?;
+        let extra = events % usize::try_from(producers)?;
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for p in 0..producers {
+            let pool = self.pool.clone();
+            let index = usize::try_from(p)?;
+            let count = per_producer + usize::from(index < extra);
+            let offset = period / producers * p;
+            tasks.push(tokio::spawn(async move {
+                let mut committed: Vec<(i64, Instant)> = Vec::with_capacity(count);
+                let mut tick = tokio::time::interval_at(
+                    tokio::time::Instant::from_std(start + offset),
+                    period,
+                );
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                for i in 0..count {
+                    tick.tick().await;
+                    let mut tx = pool.begin().await?;
+                    let id = publish(
+                        &mut tx,
+                        NewEvent::new("bench.echo", serde_json::json!({"producer": p, "i": i})),
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    committed.push((id, Instant::now()));
+                }
+                anyhow::Ok(committed)
+            }));
+        }
+        let mut committed: Vec<(i64, Instant)> = Vec::with_capacity(events);
+        for task in tasks {
+            committed.extend(task.await.context("a producer panicked")??);
+        }
+        Ok((committed, start.elapsed().as_secs_f64()))
+    }
+}
+
+/// What the producers reach with no `outbox` process at all: events/s and PostgreSQL's CPU µs
+/// per commit.
+struct ProducersAlone {
+    achieved: f64,
+    postgres_us: f64,
+}
+
+/// The latency runs' baseline: the same producers at the same offered `rate` into the fresh
+/// database of `settings` with no host running, the insert trigger quiet as it is while a
+/// dispatcher polls (a polling lease announced through the host's own store call, withdrawn at
+/// the end). What they reach is the most any dispatcher could see on this machine.
+async fn producers_alone(
+    pool: &PgPool,
+    settings: &Settings,
+    rate: u64,
+    events: usize,
+) -> anyhow::Result<ProducersAlone> {
+    const WORKER: &str = "outbox-bench-producers-alone";
+    let producers = Producers::open(settings, rate).await?;
+    let run_ms = u64::try_from(events)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(1000)
+        / rate.max(1);
+    let lease = Duration::from_secs(60) + Duration::from_millis(run_ms);
+    store::announce_polling(pool, WORKER, lease)
+        .await
+        .context("announce a polling lease")?;
+    let before = cpu_seconds_of("postgres");
+    let committed = producers.commit(events).await;
+    // Read before the producers' sessions close: an exited PostgreSQL process no longer shows
+    // its CPU time.
+    let postgres = cpu_seconds_of("postgres") - before;
+    producers.pool.close().await;
+    store::withdraw_polling(pool, WORKER)
+        .await
+        .context("withdraw the polling lease")?;
+    let (committed, seconds) = committed?;
+    let n = numeric::len_figure(committed.len()).max(1.0);
+    Ok(ProducersAlone {
+        achieved: n / seconds,
+        postgres_us: postgres * 1e6 / n,
     })
 }
