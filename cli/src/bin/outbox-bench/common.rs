@@ -190,6 +190,23 @@ pub(crate) async fn redis_connection(
         .context("connect to Redis")
 }
 
+/// Commit -> queue entry in ms of each committed event whose entry was read (`seen`, from
+/// [`spawn_arrival_reader`]), sorted ascending; events never read are left out.
+pub(crate) fn arrival_latencies_ms<'a>(
+    committed: impl IntoIterator<Item = (&'a i64, &'a Instant)>,
+    seen: &std::collections::HashMap<i64, Instant>,
+) -> Vec<f64> {
+    let mut lat: Vec<f64> = committed
+        .into_iter()
+        .filter_map(|(id, c)| {
+            seen.get(id)
+                .map(|s| s.saturating_duration_since(*c).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    lat
+}
+
 /// Read `stream` from its start, on a connection of its own, until `events` entries were read
 /// or `stop` is cancelled: when each event's entry was read, by event id. How the latency
 /// sections time commit -> queue entry.

@@ -32,8 +32,8 @@ use outbox_host::{numeric, store};
 
 use crate::common::{clear_redis, redis_connection, BENCH_QUEUE};
 use crate::deployment::{
-    deployment, dispatch_timed, e2e_timed, fresh_database, insert_dispatch_events, start_host,
-    stop_host, Deployment, ECHO_PLUGIN, SHIPPED_ROUTES,
+    deployment, dispatch_timed, e2e_timed, fresh_database, insert_dispatch_events, on_fresh_host,
+    Deployment, ECHO_PLUGIN, SHIPPED_ROUTES,
 };
 use crate::dispatch::sql_limit;
 use crate::e2e::{drain, GraphileWorkerRun};
@@ -169,18 +169,19 @@ async fn end_to_end(
     ));
     let mut best: Option<Timed> = None;
     for round in 1..=args.rounds {
-        let (pool, bench) = fresh_database(settings, database).await?;
-        let host = start_host(exe, deployment, &bench, &pool, false, None).await;
-        let mut redis = redis_connection(settings).await?;
-        let result = match host {
-            Ok(mut host) => {
-                let result = e2e_timed(&mut host, &pool, &mut redis, n).await;
-                stop_host(host, result).await
-            }
-            Err(e) => Err(e),
-        };
-        pool.close().await;
-        let run = result?;
+        let run = on_fresh_host(
+            exe,
+            deployment,
+            settings,
+            database,
+            false,
+            None,
+            async |host, pool, _| {
+                let mut redis = redis_connection(settings).await?;
+                e2e_timed(host, pool, &mut redis, n).await
+            },
+        )
+        .await?;
         report.say(format_args!(
             "    round {round}: {:.2} s, {:.0} events/s; CPU µs/event: host {:.1}, PostgreSQL {:.1}, Redis {:.1}",
             run.seconds,
@@ -384,17 +385,16 @@ async fn dispatch(
             pool.close().await;
             let limit = limit?;
 
-            let (pool, bench) = fresh_database(settings, database).await?;
-            let result =
-                match start_host(exe, deployment, &bench, &pool, true, Some(case.batch)).await {
-                    Ok(mut host) => {
-                        let result = dispatch_timed(&mut host, &pool, n).await;
-                        stop_host(host, result).await
-                    }
-                    Err(e) => Err(e),
-                };
-            pool.close().await;
-            let run = result?;
+            let run = on_fresh_host(
+                exe,
+                deployment,
+                settings,
+                database,
+                true,
+                Some(case.batch),
+                async |host, pool, _| dispatch_timed(host, pool, n).await,
+            )
+            .await?;
             let rate = numeric::signed_figure(n) / run.seconds;
             report.say(format_args!(
                 "    batch {}, round {round}: SQL limit {limit:.0} events/s | outbox run --dispatcher-only {rate:.0} events/s ({:.2} s); CPU µs/event: host {:.1}, PostgreSQL {:.1}, Redis {:.1}",

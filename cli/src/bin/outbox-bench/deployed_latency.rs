@@ -14,9 +14,9 @@ use outbox_host::queue::QueueKeys;
 use outbox_host::{numeric, publish, store, NewEvent};
 use sqlx::PgPool;
 
-use crate::common::{percentile_index, spawn_arrival_reader, BENCH_QUEUE};
+use crate::common::{arrival_latencies_ms, percentile_index, spawn_arrival_reader, BENCH_QUEUE};
 use crate::deployed::Cpu;
-use crate::deployment::{fresh_database, start_host, stop_host, Deployment};
+use crate::deployment::{fresh_database, on_fresh_host, Deployment};
 use crate::host_process::{cpu_seconds_of, HostProcess};
 use crate::report::Report;
 use crate::Args;
@@ -90,16 +90,16 @@ pub(crate) async fn run(
             "  producers alone at {} events/s offered (no `outbox` process, the insert trigger quiet as under a polling dispatcher): reached {:.0}/s; PostgreSQL CPU µs/commit {:.1}",
             case.rate, alone.achieved, alone.postgres_us
         ));
-        let (pool, bench) = fresh_database(settings, database).await?;
-        let result = match start_host(exe, deployment, &bench, &pool, false, None).await {
-            Ok(mut host) => {
-                let result = latency_timed(&mut host, &pool, &bench, case.rate, events).await;
-                stop_host(host, result).await
-            }
-            Err(e) => Err(e),
-        };
-        pool.close().await;
-        let run = result?;
+        let run = on_fresh_host(
+            exe,
+            deployment,
+            settings,
+            database,
+            false,
+            None,
+            async |host, pool, bench| latency_timed(host, pool, bench, case.rate, events).await,
+        )
+        .await?;
         report.say(format_args!(
             "  latency at {} events/s offered ({} events of bench.echo, one per transaction, achieved {:.0}/s, full `outbox run`): commit to queue entry p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; CPU µs/event: host {:.1}, PostgreSQL {:.1}, Redis {:.1}",
             case.rate, run.events, run.achieved, run.p50, run.p99, run.max, run.cpu.host, run.cpu.postgres, run.cpu.redis
@@ -215,19 +215,12 @@ async fn latency_timed(
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
     producers.pool.close().await;
 
-    let mut lat: Vec<f64> = committed
-        .iter()
-        .filter_map(|(id, c)| {
-            seen.get(id)
-                .map(|s| s.saturating_duration_since(*c).as_secs_f64() * 1000.0)
-        })
-        .collect();
+    let lat = arrival_latencies_ms(committed.iter().map(|(id, c)| (id, c)), &seen);
     let missing = events - lat.len();
     anyhow::ensure!(
         missing * 100 <= events,
         "{missing} of {events} committed events were not read from {BENCH_QUEUE}'s stream within 60 s"
     );
-    lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat[percentile_index(lat.len(), p)];
     Ok(LatencyRun {
         p50: pct(0.5),

@@ -149,6 +149,32 @@ pub(crate) async fn fresh_database(
     Ok((pool, bench))
 }
 
+/// One timed run against a fresh `outbox run`: recreate the database `name` ([`fresh_database`]),
+/// start the host there ([`start_host`]), run `timed` with the host, the pool and the settings
+/// pointing there, and stop the host ([`stop_host`]: a failure carries its stderr's last lines);
+/// the pool is closed whatever happened.
+pub(crate) async fn on_fresh_host<T>(
+    exe: &Path,
+    deployment: &Deployment,
+    settings: &Settings,
+    name: &str,
+    dispatcher_only: bool,
+    batch_size: Option<i64>,
+    timed: impl AsyncFnOnce(&mut HostProcess, &PgPool, &Settings) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let (pool, bench) = fresh_database(settings, name).await?;
+    let result = match start_host(exe, deployment, &bench, &pool, dispatcher_only, batch_size).await
+    {
+        Ok(mut host) => {
+            let result = timed(&mut host, &pool, &bench).await;
+            stop_host(host, result).await
+        }
+        Err(e) => Err(e),
+    };
+    pool.close().await;
+    result
+}
+
 /// Start `outbox run` (full, or `--dispatcher-only`) with the deployed configuration and an
 /// HTTP listener on a free port, and wait until it is ready: `/readyz` answers 200 and its
 /// heartbeat is in `outbox_worker`.

@@ -102,18 +102,11 @@ async fn latency(
         .context("events did not all reach the queue within 60 s")??;
     shutdown.cancel();
     task.await?;
-    let mut lat: Vec<f64> = committed
-        .iter()
-        .filter_map(|(id, c)| {
-            seen.get(id)
-                .map(|s| s.saturating_duration_since(*c).as_secs_f64() * 1000.0)
-        })
-        .collect();
+    let lat = crate::common::arrival_latencies_ms(&committed, &seen);
     anyhow::ensure!(
         !lat.is_empty(),
         "no published event reached {LATENCY_QUEUE}"
     );
-    lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat[crate::common::percentile_index(lat.len(), p)];
     Ok((pct(0.5), pct(0.99), *lat.last().unwrap_or(&0.0)))
 }
