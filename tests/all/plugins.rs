@@ -94,6 +94,123 @@ async fn router_plugin_gives_the_same_queues_as_the_native_table() {
     ));
 }
 
+/// The calls `plugin` has answered since it was first loaded.
+fn calls_of(live: &LiveConfig, plugin: &str) -> u64 {
+    live.registry
+        .list()
+        .iter()
+        .find(|p| p.name == plugin)
+        .map_or(0, |p| p.calls)
+}
+
+/// Route one batch of `types` through the live router (on a blocking thread: a plugin call
+/// blocks its thread until it ends).
+async fn route_types(live: &LiveConfig, types: &[&str]) -> Vec<RouteDecision> {
+    let router = live.router.current();
+    let events: Vec<ClaimedEvent> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| claimed(i as i64 + 1, t))
+        .collect();
+    tokio::task::spawn_blocking(move || router.route_batch(&events).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Route `event_type` until `queue` is its answer (a reload taking effect), for up to 10 s.
+async fn wait_for_route(live: &LiveConfig, event_type: &str, queue: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = route_types(live, &[event_type]).await;
+        if answer == vec![RouteDecision::Queues(vec![queue.into()])] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{event_type} still routes {answer:?}, not to {queue}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_router_deciding_by_type_is_asked_once_per_type_until_its_file_or_config_reloads() {
+    let fixture = PluginFixture::new(
+        &["prefix-router"],
+        &plugin_routes("router_by_type = true\n"),
+    );
+    let config = fixture.config(&outbox_host::config::Settings::default());
+    let native = config.routes.route_table();
+    let live = LiveConfig::start(&config).await.unwrap();
+    let shutdown = CancellationToken::new();
+    let watcher = live.clone().watch(shutdown.clone()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // watcher armed
+
+    // One call for the first batch, whatever its size and repeats; answers as the table's.
+    let types = [
+        "mail.welcome",
+        "mail.welcome",
+        "order.placed",
+        "user.deleted",
+        "unknown.type",
+    ];
+    let before = calls_of(&live, "prefix-router");
+    let first = route_types(&live, &types).await;
+    assert_eq!(calls_of(&live, "prefix-router"), before + 1);
+    for (t, answer) in types.iter().zip(&first) {
+        assert_eq!(answer, &native.route(t), "{t}");
+    }
+    // Known types: no call, the same answers; a new type: one call.
+    let again = route_types(&live, &["unknown.type", "order.placed", "mail.welcome"]).await;
+    assert_eq!(
+        again,
+        vec![first[4].clone(), first[2].clone(), first[0].clone()]
+    );
+    assert_eq!(
+        calls_of(&live, "prefix-router"),
+        before + 1,
+        "no call for known types"
+    );
+    let with_new = route_types(&live, &["mail.welcome", "webhook.sent"]).await;
+    assert_eq!(with_new[1], native.route("webhook.sent"));
+    assert_eq!(calls_of(&live, "prefix-router"), before + 2);
+
+    // A new config (the routes it receives) is asked again: mail. now goes elsewhere.
+    let text = plugin_routes("router_by_type = true\n");
+    let changed = text.replace(
+        "\"mail.\" = [\"outbox.mail\"]",
+        "\"mail.\" = [\"outbox.audit\"]",
+    );
+    assert_ne!(text, changed, "the fixture routes mail. to outbox.mail");
+    fixture.replace("routes.toml", changed.as_bytes());
+    wait_for_route(&live, "mail.welcome", "outbox.audit").await;
+
+    // A new file is asked again, for every type, including those the old one answered.
+    let alt = std::fs::read(plugin_file("test/prefix-router-alt")).unwrap();
+    fixture.replace("prefix-router.wasm", &alt);
+    wait_for_route(&live, "mail.welcome", "outbox.alt").await;
+    let after = route_types(&live, &["order.placed", "user.deleted", "unknown.type"]).await;
+    assert_eq!(
+        after,
+        vec![RouteDecision::Queues(vec!["outbox.alt".into()]); 3],
+        "an answer of the old version was reused"
+    );
+    shutdown.cancel();
+    watcher.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_router_not_declaring_router_by_type_is_asked_for_every_batch() {
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
+    let config = fixture.config(&outbox_host::config::Settings::default());
+    let live = LiveConfig::start(&config).await.unwrap();
+    let before = calls_of(&live, "prefix-router");
+    for _ in 0..3 {
+        route_types(&live, &["mail.welcome", "order.placed"]).await;
+    }
+    assert_eq!(calls_of(&live, "prefix-router"), before + 3);
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn hostile_router_plugins_fail_only_their_own_events(pool: PgPool) {
     let env = TestEnv::new(pool).await;
@@ -277,9 +394,23 @@ async fn a_guest_cannot_read_files_env_or_open_sockets() {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPool) {
+    hot_reload_under_load(pool, "").await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn hot_reload_under_load_with_remembered_routes_routes_every_event_once_to_old_or_new(
+    pool: PgPool,
+) {
+    hot_reload_under_load(pool, "router_by_type = true\n").await;
+}
+
+/// Publish 300 events while the router plugin (declared with `extra`) is replaced after the
+/// 100th: every event reaches the old or the new route once, and once the new version routed
+/// anything, everything published after goes its way.
+async fn hot_reload_under_load(pool: PgPool, extra: &str) {
     let mut env = TestEnv::new(pool).await;
     env.settings.dispatch_interval = Duration::from_millis(50);
-    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(""));
+    let fixture = PluginFixture::new(&["prefix-router"], &plugin_routes(extra));
     let config = fixture.config(&env.settings);
     let live = LiveConfig::start(&config).await.unwrap();
     let shutdown = CancellationToken::new();
@@ -302,12 +433,11 @@ async fn hot_reload_under_load_routes_every_event_once_to_old_or_new(pool: PgPoo
             fixture.replace("prefix-router.wasm", &alt);
             written_at = Some(Instant::now());
         }
-        if switched_after.is_none()
-            && written_at.is_some()
-            && !env.event_ids("outbox.alt").await.is_empty()
-        {
-            switched_after = Some(written_at.unwrap().elapsed());
-            published_before_switch_seen = ids.len();
+        if let (None, Some(written_at)) = (switched_after, written_at) {
+            if !env.event_ids("outbox.alt").await.is_empty() {
+                switched_after = Some(written_at.elapsed());
+                published_before_switch_seen = ids.len();
+            }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -73,6 +73,15 @@ pub struct PluginSpec {
     /// into the guest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub router_payload: bool,
+    /// Router plugins only: the plugin's answer for an event depends on its event type (and the
+    /// plugin's config) alone, never on its id, version, tenant, dispatch key or time. The
+    /// dispatcher then asks it once per event type for each loaded version of the plugin and
+    /// its config (a hot reload of either asks again) and reuses the answer for every later event
+    /// of that type, up to a bounded number of types (see `plugin::remembered_routes`). A
+    /// router that looks at anything else must leave it off; it cannot be set with
+    /// `router_payload`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub router_by_type: bool,
     /// The SHA-256 of the only file this plugin may load (64 hex digits, as `outbox plugins
     /// check` prints it): a file with another digest is refused, at start-up and on every hot
     /// reload, and the serving version (if any) is kept. Unset: any file that loads.

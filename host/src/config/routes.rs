@@ -306,6 +306,11 @@ impl RoutesFile {
                     },
                 )?;
             }
+            if spec.router_by_type && spec.router_payload {
+                return Err(invalid(format!(
+                    "[plugins.{name}]: router_by_type and router_payload exclude each other (a router that reads payloads does not decide by event type alone)"
+                )));
+            }
             let max = MAX_PLUGIN_CONCURRENCY as u64;
             if let Some(n) = spec.max_concurrency.filter(|n| !(1..=max).contains(n)) {
                 return Err(invalid(format!(

@@ -185,3 +185,19 @@ fn a_relative_plugin_dir_is_beside_the_routes_file_unless_it_came_from_the_envir
         Path::new("/opt/wasm")
     );
 }
+
+#[test]
+fn router_by_type_cannot_be_declared_with_router_payload() {
+    let text = "[policy]\nplugin = \"deny-all\"\n[plugins.r]\nrouter_by_type = true\n";
+    RoutesFile::parse(text, Path::new("routes.toml")).unwrap();
+    let err = RoutesFile::parse(
+        &format!("{text}router_payload = true\n"),
+        Path::new("routes.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("[plugins.r]: router_by_type and router_payload exclude each other"),
+        "{err}"
+    );
+}

@@ -22,6 +22,7 @@ use super::engine::{
     block_on, CallOf, CallSlots, CallUsage, HandlerServices, PluginEngine, PluginLimits, Prepared,
     SlotWait, World,
 };
+use super::remembered_routes::RememberedRoutes;
 use super::{PluginError, WIT_VERSION};
 use crate::config::PluginSpec;
 
@@ -77,6 +78,9 @@ pub struct LoadedPlugin {
     pub busy_micros: Arc<AtomicU64>,
     /// At most `limits.max_concurrency` calls of this plugin run at once.
     pub(super) slots: CallSlots,
+    /// A router declaring `router_by_type`: its answers by event type, for this version and
+    /// config only (see [`super::remembered_routes`]).
+    pub(super) remembered_routes: RememberedRoutes,
     /// The engine that compiled it and runs its calls.
     pub(super) engine: PluginEngine,
 }
@@ -102,6 +106,7 @@ impl LoadedPlugin {
             errors: Arc::default(),
             busy_micros: Arc::default(),
             slots: CallSlots::new(limits.max_concurrency),
+            remembered_routes: RememberedRoutes::default(),
             engine: engine.clone(),
         }
     }

@@ -25,6 +25,7 @@ pub mod legacy;
 pub mod limits;
 pub mod loaded;
 pub mod registry;
+pub mod remembered_routes;
 pub mod wit_event;
 
 pub use crate::naming::{bounded_reason, MAX_REASON_BYTES};

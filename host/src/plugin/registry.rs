@@ -22,6 +22,7 @@ use chrono::Utc;
 use sha2::{Digest, Sha256};
 
 use super::engine::{CallSlots, PluginEngine, PluginLimits, World};
+use super::remembered_routes::RememberedRoutes;
 use super::PluginError;
 use crate::config::{PluginSpec, RoutesFile, Sha256Pin};
 use crate::naming::{DENY_ALL, NATIVE_ROUTER};
@@ -248,6 +249,7 @@ impl PluginRegistry {
                 errors: old.map(|o| o.errors.clone()).unwrap_or_default(),
                 busy_micros: old.map(|o| o.busy_micros.clone()).unwrap_or_default(),
                 compiled,
+                remembered_routes: RememberedRoutes::default(),
                 engine: self.engine.clone(),
             };
             next.insert(name.clone(), Arc::new(plugin));
@@ -365,6 +367,7 @@ impl PluginRegistry {
                     errors: user.errors.clone(),
                     busy_micros: user.busy_micros.clone(),
                     slots: user.slots.clone(),
+                    remembered_routes: RememberedRoutes::default(),
                     engine: self.engine.clone(),
                 }),
             );

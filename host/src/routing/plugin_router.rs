@@ -3,7 +3,8 @@
 //! Owns splitting a batch between the default router plugin and `[router.overrides]` (longest
 //! prefix), handing each plugin its events as WIT records (payload and headers only for a
 //! router whose spec sets `router_payload`: [`to_router_event`]), and mapping answers back to
-//! [`RouteDecision`]s. It looks each plugin up once per batch, so a hot reload takes effect at the
+//! [`RouteDecision`]s; a plugin declaring `router_by_type` is asked only about event types it has
+//! not answered yet (see [`crate::plugin::remembered_routes`]). It looks each plugin up once per batch, so a hot reload takes effect at the
 //! next batch and never inside one. It never touches PostgreSQL or Redis.
 
 use std::sync::Arc;
@@ -108,8 +109,9 @@ impl PluginRouter {
             .collect())
     }
 
-    /// Route `events` with one router plugin (one instantiation, one call for the batch),
-    /// awaited on the caller's task.
+    /// Route `events` with one router plugin (at most one instantiation, one call for the batch;
+    /// none when it declares `router_by_type` and every type's answer is remembered), awaited on
+    /// the caller's task.
     pub async fn route_with(
         &self,
         plugin_name: &str,
@@ -125,10 +127,14 @@ impl PluginRouter {
             .registry
             .get(plugin_name)
             .ok_or_else(|| PluginError::NotLoaded(plugin_name.to_string()))?;
-        let payload = plugin.spec.router_payload;
-        let wit_events: Vec<WitEvent> =
-            events.iter().map(|e| to_router_event(e, payload)).collect();
-        let answer = plugin.route(&wit_events).await?;
+        let answer = if plugin.spec.router_by_type {
+            plugin.route_by_type(events).await?
+        } else {
+            let payload = plugin.spec.router_payload;
+            let wit_events: Vec<WitEvent> =
+                events.iter().map(|e| to_router_event(e, payload)).collect();
+            plugin.route(&wit_events).await?
+        };
         let router = format!("plugin {plugin_name}");
         Ok(answer
             .into_iter()
