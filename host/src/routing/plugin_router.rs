@@ -3,9 +3,10 @@
 //! Owns splitting a batch between the default router plugin and `[router.overrides]` (longest
 //! prefix), handing each plugin its events as WIT records (payload and headers only for a
 //! router whose spec sets `router_payload`: [`to_router_event`]), and mapping answers back to
-//! [`RouteDecision`]s; a plugin declaring `router_by_type` is asked only about event types it has
-//! not answered yet (see [`crate::plugin::remembered_routes`]). It looks each plugin up once per batch, so a hot reload takes effect at the
-//! next batch and never inside one. It never touches PostgreSQL or Redis.
+//! [`RouteDecision`]s; a plugin declaring `router_by_type` is asked only about event types it
+//! has not answered yet (see [`crate::plugin::remembered_routes`]). It looks each plugin up once
+//! per batch, so a hot reload takes effect at the next batch and never inside one. It never
+//! touches PostgreSQL or Redis.
 
 use std::sync::Arc;
 
