@@ -44,13 +44,9 @@ impl RememberedRoutes {
     }
 
     /// How many event types have a remembered answer.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.by_type.lock().map_or(0, |by_type| by_type.len())
-    }
-
-    /// Whether no answer is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -190,6 +190,18 @@ pub(crate) async fn redis_connection(
         .context("connect to Redis")
 }
 
+/// Publish `event` in a transaction of its own: its id and the instant its commit returned,
+/// where the latency sections start its clock.
+pub(crate) async fn commit_one(
+    pool: &PgPool,
+    event: outbox_host::NewEvent,
+) -> anyhow::Result<(i64, Instant)> {
+    let mut tx = pool.begin().await?;
+    let id = outbox_host::publish(&mut tx, event).await?;
+    tx.commit().await?;
+    Ok((id, Instant::now()))
+}
+
 /// Commit -> queue entry in ms of each committed event whose entry was read (`seen`, from
 /// [`spawn_arrival_reader`]), sorted ascending; events never read are left out.
 pub(crate) fn arrival_latencies_ms<'a>(

@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use outbox_host::config::Settings;
 use outbox_host::queue::QueueKeys;
-use outbox_host::{numeric, publish, store, NewEvent};
+use outbox_host::{numeric, store, NewEvent};
 use sqlx::PgPool;
 
-use crate::common::{arrival_latencies_ms, percentile_index, spawn_arrival_reader, BENCH_QUEUE};
+use crate::common::{
+    arrival_latencies_ms, commit_one, percentile_index, spawn_arrival_reader, BENCH_QUEUE,
+};
 use crate::deployed::Cpu;
 use crate::deployment::{fresh_database, on_fresh_host, Deployment};
 use crate::host_process::{cpu_seconds_of, HostProcess};
@@ -290,14 +292,13 @@ impl Producers {
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                 for i in 0..count {
                     tick.tick().await;
-                    let mut tx = pool.begin().await?;
-                    let id = publish(
-                        &mut tx,
-                        NewEvent::new("bench.echo", serde_json::json!({"producer": p, "i": i})),
-                    )
-                    .await?;
-                    tx.commit().await?;
-                    committed.push((id, Instant::now()));
+                    committed.push(
+                        commit_one(
+                            &pool,
+                            NewEvent::new("bench.echo", serde_json::json!({"producer": p, "i": i})),
+                        )
+                        .await?,
+                    );
                 }
                 anyhow::Ok(committed)
             }));

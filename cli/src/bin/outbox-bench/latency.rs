@@ -9,11 +9,11 @@ use outbox_host::config::Settings;
 use outbox_host::queue::QueueKeys;
 use outbox_host::routing::RouterHandle;
 use outbox_host::sink::RedisSink;
-use outbox_host::{publish, NewEvent};
+use outbox_host::NewEvent;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{bench_dispatcher, prepare, spawn_arrival_reader};
+use crate::common::{bench_dispatcher, commit_one, prepare, spawn_arrival_reader};
 use crate::report::Report;
 use crate::Args;
 
@@ -88,14 +88,12 @@ async fn latency(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     for i in 0..count {
         tick.tick().await;
-        let mut tx = pool.begin().await?;
-        let id = publish(
-            &mut tx,
+        let (id, at) = commit_one(
+            pool,
             NewEvent::new("mail.welcome", serde_json::json!({"i": i})),
         )
         .await?;
-        tx.commit().await?;
-        committed.insert(id, Instant::now());
+        committed.insert(id, at);
     }
     let seen = tokio::time::timeout(Duration::from_secs(60), reader_task)
         .await
