@@ -19,53 +19,55 @@ use sqlx::PgPool;
 
 use super::{Context, StoreError};
 
+/// The statement of [`announce_polling`]: `$1` the worker id, `$2` the lease in seconds.
+pub const ANNOUNCE_POLLING_SQL: &str = r#"
+    WITH lease AS (
+        INSERT INTO outbox_dispatcher_polling (worker_id, until)
+        VALUES ($1, clock_timestamp() + make_interval(secs => $2))
+        ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until
+        RETURNING until
+    )
+    SELECT setval('outbox_dispatcher_polling_until_ms',
+                  greatest((SELECT last_value FROM outbox_dispatcher_polling_until_ms),
+                           (date_part('epoch', until) * 1000)::bigint))
+    FROM lease
+    "#;
+
 /// Announce (or renew) that `worker_id` polls for new rows for the next `lease`: until then
-/// the insert trigger does not notify.
+/// the insert trigger does not notify ([`ANNOUNCE_POLLING_SQL`]).
 pub async fn announce_polling(
     pool: &PgPool,
     worker_id: &str,
     lease: Duration,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        r#"
-        WITH lease AS (
-            INSERT INTO outbox_dispatcher_polling (worker_id, until)
-            VALUES ($1, clock_timestamp() + make_interval(secs => $2))
-            ON CONFLICT (worker_id) DO UPDATE SET until = EXCLUDED.until
-            RETURNING until
-        )
-        SELECT setval('outbox_dispatcher_polling_until_ms',
-                      greatest((SELECT last_value FROM outbox_dispatcher_polling_until_ms),
-                               (date_part('epoch', until) * 1000)::bigint))
-        FROM lease
-        "#,
-    )
-    .bind(worker_id)
-    .bind(lease.as_secs_f64())
-    .execute(pool)
-    .await
-    .context(format!("announce that dispatcher {worker_id} polls"))?;
+    sqlx::query(ANNOUNCE_POLLING_SQL)
+        .bind(worker_id)
+        .bind(lease.as_secs_f64())
+        .execute(pool)
+        .await
+        .context(format!("announce that dispatcher {worker_id} polls"))?;
     Ok(())
 }
 
-/// Withdraw `worker_id`'s polling lease: producers notify again (unless another dispatcher
-/// polls).
-pub async fn withdraw_polling(pool: &PgPool, worker_id: &str) -> Result<(), StoreError> {
-    sqlx::query(
-        r#"
-        WITH gone AS (
-            DELETE FROM outbox_dispatcher_polling WHERE worker_id = $1
-        )
-        SELECT setval('outbox_dispatcher_polling_until_ms', coalesce(
-            (SELECT (date_part('epoch', max(until)) * 1000)::bigint
-             FROM outbox_dispatcher_polling WHERE worker_id <> $1), 0))
-        "#,
+/// The statement of [`withdraw_polling`]: `$1` the worker id.
+pub const WITHDRAW_POLLING_SQL: &str = r#"
+    WITH gone AS (
+        DELETE FROM outbox_dispatcher_polling WHERE worker_id = $1
     )
-    .bind(worker_id)
-    .execute(pool)
-    .await
-    .context(format!(
-        "withdraw the polling lease of dispatcher {worker_id}"
-    ))?;
+    SELECT setval('outbox_dispatcher_polling_until_ms', coalesce(
+        (SELECT (date_part('epoch', max(until)) * 1000)::bigint
+         FROM outbox_dispatcher_polling WHERE worker_id <> $1), 0))
+    "#;
+
+/// Withdraw `worker_id`'s polling lease: producers notify again (unless another dispatcher
+/// polls) ([`WITHDRAW_POLLING_SQL`]).
+pub async fn withdraw_polling(pool: &PgPool, worker_id: &str) -> Result<(), StoreError> {
+    sqlx::query(WITHDRAW_POLLING_SQL)
+        .bind(worker_id)
+        .execute(pool)
+        .await
+        .context(format!(
+            "withdraw the polling lease of dispatcher {worker_id}"
+        ))?;
     Ok(())
 }

@@ -57,11 +57,21 @@ pub const DISPATCH_CONNECTIONS: u32 = 8;
 /// statement of several data-modifying CTEs over arrays) at every batch, 0.45 ms of its CPU per
 /// call: most of a batch's cost at a trickle of events, where each batch is one event. The
 /// generic plans are the same index and TID plans (the bounds are parameters of index scans).
+///
+/// And they never JIT-compile (`jit = off`). PostgreSQL compiles a statement whose estimated
+/// cost passes `jit_above_cost` (100,000 by default) at every execution, cached plan or not,
+/// and with sequential scans priced out any plan that still holds one is estimated at 10^10:
+/// the polling lease's statements read a sequence and a one-row table that way, so each
+/// renewal (once a second while polling) was compiled with inlining and optimisation, 100-300
+/// ms of PostgreSQL's CPU, and the claim loop waited for it: every second dispatching stopped
+/// for that long while producers went on committing. No statement on these connections
+/// touches more than a batch of rows, so compiling one never pays.
 pub fn dispatch_pool(pool: &PgPool) -> PgPool {
     let options = (*pool.connect_options()).clone().options([
         ("synchronous_commit", "off"),
         ("enable_seqscan", "off"),
         ("plan_cache_mode", "force_generic_plan"),
+        ("jit", "off"),
     ]);
     pool_options(DISPATCH_CONNECTIONS).connect_lazy_with(options)
 }
