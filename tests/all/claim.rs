@@ -438,6 +438,25 @@ async fn the_dispatch_pool_commits_asynchronously_and_leaves_the_hosts_pool_alon
     dispatch.close().await;
 }
 
+/// The host's own sessions never JIT-compile either (see `store::connect`): on a table of
+/// millions of events the estimates of its statements pass PostgreSQL's threshold even when
+/// they read nothing.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_hosts_sessions_do_not_jit_compile(pool: PgPool) {
+    let options = pool.connect_options();
+    let url = format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("postgres")
+    );
+    let host_pool = store::connect(&url, 1).await.unwrap();
+    assert_eq!(setting(&host_pool, "jit").await, "off");
+    assert_eq!(setting(&host_pool, "synchronous_commit").await, "on");
+    host_pool.close().await;
+}
+
 /// The polling lease's statements are not JIT-compiled on the dispatcher's connections. With
 /// sequential scans priced out there, their reads of the lease sequence and the one-row lease
 /// table are estimated at 10^10, past every `jit_*_above_cost`: PostgreSQL compiled each

@@ -25,38 +25,47 @@ pub struct ReleasedClaims {
     pub events: i64,
 }
 
+/// The statement of [`release_stale_claims`]: `$1` the staleness in seconds, `$2` the claim
+/// horizon's time.
+///
+/// Its `EXISTS` over `outbox_worker` is a one-time filter PostgreSQL evaluates before anything
+/// else: while every host is live (nearly always) the statement reads no event at all. Without
+/// it, statistics saying few rows are `processing` made the planner scan the whole table for
+/// them at every heartbeat of every host: 260 ms of PostgreSQL's CPU with 2,000,000 rows.
+pub const RELEASE_STALE_CLAIMS_SQL: &str = r#"
+    WITH released AS (
+        UPDATE outbox_event e
+        SET status = 'pending', available_at = now(), attempts = greatest(e.attempts - 1, 0),
+            claim_expires_at = NULL
+        FROM outbox_worker w
+        WHERE e.status = 'processing' AND e.claimed_by = w.id
+          AND e.available_at >= coalesce($2, '-infinity'::timestamptz)
+          AND w.last_seen < now() - make_interval(secs => $1)
+          AND EXISTS (SELECT 1 FROM outbox_worker stale
+                      WHERE stale.last_seen < now() - make_interval(secs => $1))
+        RETURNING w.id AS worker
+    )
+    SELECT worker, count(*) AS events FROM released GROUP BY worker ORDER BY worker
+    "#;
+
 /// Release the claims of every host whose heartbeat is older than `stale_after`: its
 /// `processing` rows go back to `pending`, due now, the attempt that was cut not counted (a dead
 /// host is the infrastructure's fault, not the event's). A host that is only slow to heartbeat
 /// loses nothing but time: its outcomes are written only under the claim it made, so the host
-/// that claims the rows next wins. Reads the claim index from `horizon` (a held row is live,
-/// so it is never earlier): every live host runs this every heartbeat, and from the start of
-/// the index it would walk every entry finished events left there.
+/// that claims the rows next wins. Every live host runs this every heartbeat
+/// ([`RELEASE_STALE_CLAIMS_SQL`]): it reads no event while no host is stale, and otherwise only
+/// rows from `horizon` on (a held row is live, so it is never earlier).
 pub async fn release_stale_claims(
     pool: &PgPool,
     stale_after: Duration,
     horizon: ClaimHorizon,
 ) -> Result<Vec<ReleasedClaims>, StoreError> {
-    let rows = sqlx::query(
-        r#"
-        WITH released AS (
-            UPDATE outbox_event e
-            SET status = 'pending', available_at = now(), attempts = greatest(e.attempts - 1, 0),
-                claim_expires_at = NULL
-            FROM outbox_worker w
-            WHERE e.status = 'processing' AND e.claimed_by = w.id
-              AND e.available_at >= coalesce($2, '-infinity'::timestamptz)
-              AND w.last_seen < now() - make_interval(secs => $1)
-            RETURNING w.id AS worker
-        )
-        SELECT worker, count(*) AS events FROM released GROUP BY worker ORDER BY worker
-        "#,
-    )
-    .bind(stale_after.as_secs_f64())
-    .bind(horizon.at)
-    .fetch_all(pool)
-    .await
-    .context("release the claims of stale hosts")?;
+    let rows = sqlx::query(RELEASE_STALE_CLAIMS_SQL)
+        .bind(stale_after.as_secs_f64())
+        .bind(horizon.at)
+        .fetch_all(pool)
+        .await
+        .context("release the claims of stale hosts")?;
     Ok(rows
         .iter()
         .map(|r| ReleasedClaims {
