@@ -443,18 +443,13 @@ async fn the_dispatch_pool_commits_asynchronously_and_leaves_the_hosts_pool_alon
 /// they read nothing.
 #[sqlx::test(migrations = "../migrations")]
 async fn the_hosts_sessions_do_not_jit_compile(pool: PgPool) {
-    let options = pool.connect_options();
-    let url = format!(
-        "postgres://{}@{}:{}/{}",
-        options.get_username(),
-        options.get_host(),
-        options.get_port(),
-        options.get_database().unwrap_or("postgres")
-    );
+    let env = TestEnv::new(pool).await;
+    let url = env.database_url().await;
     let host_pool = store::connect(&url, 1).await.unwrap();
     assert_eq!(setting(&host_pool, "jit").await, "off");
     assert_eq!(setting(&host_pool, "synchronous_commit").await, "on");
     host_pool.close().await;
+    env.cleanup().await;
 }
 
 /// The polling lease's statements are not JIT-compiled on the dispatcher's connections. With
