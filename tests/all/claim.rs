@@ -461,13 +461,14 @@ async fn the_hosts_sessions_do_not_jit_compile(pool: PgPool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn polling_lease_statements_are_not_jit_compiled_on_the_dispatch_pool(pool: PgPool) {
     let dispatch = store::dispatch_pool(&pool);
+    // Each with its parameters after the worker id: the announcement's lease in seconds.
     let statements = [
-        ("announce", store::ANNOUNCE_POLLING_SQL),
-        ("withdraw", store::WITHDRAW_POLLING_SQL),
+        ("announce", store::ANNOUNCE_POLLING_SQL, Some(2.0_f64)),
+        ("withdraw", store::WITHDRAW_POLLING_SQL, None),
     ];
-    for (name, sql) in statements {
+    for (name, sql, lease) in statements {
         let mut conn = dispatch.acquire().await.unwrap();
-        let plan = polling_plan(&mut conn, sql).await;
+        let plan = polling_plan(&mut conn, sql, lease).await;
         assert!(!plan.contains("JIT"), "{name} is compiled:\n{plan}");
     }
 
@@ -484,8 +485,8 @@ async fn polling_lease_statements_are_not_jit_compiled_on_the_dispatch_pool(pool
             .execute(&mut *conn)
             .await
             .unwrap();
-        for (name, sql) in statements {
-            let plan = polling_plan(&mut conn, sql).await;
+        for (name, sql, lease) in statements {
+            let plan = polling_plan(&mut conn, sql, lease).await;
             assert!(plan.contains("JIT"), "{name} is not compiled:\n{plan}");
         }
     } else {
@@ -495,13 +496,13 @@ async fn polling_lease_statements_are_not_jit_compiled_on_the_dispatch_pool(pool
     dispatch.close().await;
 }
 
-/// `EXPLAIN` of a polling lease statement (both take the worker id first, the announcement the
-/// lease in seconds second), as text.
-async fn polling_plan(conn: &mut sqlx::PgConnection, sql: &str) -> String {
+/// `EXPLAIN` of a polling lease statement for a worker id, with `lease` (seconds) bound second
+/// when it takes one, as text.
+async fn polling_plan(conn: &mut sqlx::PgConnection, sql: &str, lease: Option<f64>) -> String {
     let explain = format!("EXPLAIN {sql}");
     let mut query = sqlx::query_scalar::<_, String>(&explain).bind("planner");
-    if sql == store::ANNOUNCE_POLLING_SQL {
-        query = query.bind(2.0_f64);
+    if let Some(lease) = lease {
+        query = query.bind(lease);
     }
     query.fetch_all(conn).await.unwrap().join("\n")
 }
