@@ -196,6 +196,47 @@ async fn a_producer_role_allowed_only_to_insert_events_inserts_and_is_heard(pool
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn producers_waiting_for_each_others_notifications_are_counted(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    // Sixteen producers committing one event per transaction as fast as they can, each insert
+    // notifying (no dispatcher polls): their commits take the notification lock one at a time.
+    let producers = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect(&env.database_url().await)
+        .await
+        .unwrap();
+    let producing = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (producers, producing) = (producers.clone(), producing.clone());
+        tasks.push(tokio::spawn(async move {
+            while !producing.is_cancelled() {
+                sqlx::query("INSERT INTO outbox_event (event_type, payload) VALUES ('mail.contended', '{}')")
+                    .execute(&producers)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let mut most = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while most == 0 && tokio::time::Instant::now() < deadline {
+        most = most.max(store::notify_lock_waiters(&env.pool).await.unwrap());
+    }
+    producing.cancel();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    producers.close().await;
+    assert!(
+        most > 0,
+        "sixteen notifying producers were never seen waiting for each other's commits"
+    );
+
+    env.cleanup().await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn a_dispatcher_claiming_fast_polls_then_hands_waking_back_to_notifications(pool: PgPool) {
     let mut env = TestEnv::new(pool).await;
     // Only a notification or the dispatcher's own polling can be what finds an event in time.

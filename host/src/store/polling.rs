@@ -2,8 +2,9 @@
 //! a dispatcher looks at the table every few milliseconds anyway, so their `NOTIFY` (which
 //! serialises their commits) is not needed.
 //!
-//! Owns announcing, renewing and withdrawing one dispatcher's polling lease, and keeping the
-//! latest lease end in the sequence `outbox_dispatcher_polling_until_ms` (milliseconds since the
+//! Owns announcing, renewing and withdrawing one dispatcher's polling lease, counting the
+//! producers that wait for each other's notifications right now (`notify_lock_waiters`), and
+//! keeping the latest lease end in the sequence `outbox_dispatcher_polling_until_ms` (milliseconds since the
 //! Unix epoch), which the trigger's `WHEN` condition reads so that it does not even run while a
 //! lease is current (a PL/pgSQL call and a query per inserting statement saved). It never
 //! decides when a dispatcher polls (that is `dispatch::wake`), and a row or the sequence is only
@@ -70,4 +71,24 @@ pub async fn withdraw_polling(pool: &PgPool, worker_id: &str) -> Result<(), Stor
             "withdraw the polling lease of dispatcher {worker_id}"
         ))?;
     Ok(())
+}
+
+/// The statement of [`notify_lock_waiters`]. PostgreSQL serialises the commits of notifying
+/// transactions with one lock, an exclusive lock on the shared object `pg_database` 0, taken
+/// when a transaction queues its notifications and held until its commit is flushed: those
+/// waiting for it are the producers (of any database of the server) whose commits wait for
+/// each other's.
+pub const NOTIFY_LOCK_WAITERS_SQL: &str = r#"
+    SELECT count(*) FROM pg_locks
+    WHERE locktype = 'object' AND database = 0 AND classid = 'pg_database'::regclass
+      AND objid = 0 AND objsubid = 0 AND NOT granted
+    "#;
+
+/// How many sessions wait right now to commit a notifying transaction
+/// ([`NOTIFY_LOCK_WAITERS_SQL`]): more than none means notifications slow producers down.
+pub async fn notify_lock_waiters(pool: &PgPool) -> Result<i64, StoreError> {
+    sqlx::query_scalar(NOTIFY_LOCK_WAITERS_SQL)
+        .fetch_one(pool)
+        .await
+        .context("count the sessions waiting to commit a notifying transaction")
 }
