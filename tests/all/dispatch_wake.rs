@@ -317,6 +317,94 @@ async fn a_dispatcher_claiming_fast_polls_then_hands_waking_back_to_notification
     env.cleanup().await;
 }
 
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dispatcher_polls_once_producers_wait_on_each_others_notifications_below_the_rate_threshold(
+    pool: PgPool,
+) {
+    let mut env = TestEnv::new(pool).await;
+    // Only a notification or the dispatcher's own polling can be what finds an event in time.
+    env.settings.dispatch_interval = Duration::from_secs(30);
+    // Producers on a disk that flushes slowly: `commit_delay` sleeps 2 ms before each commit's
+    // flush (with fsync on, PostgreSQL's default), inside the notification lock, so notifying
+    // producers commit at most 500 events/s together, a quarter of the rate at which a
+    // dispatcher polls by its claim rate alone. They offer about 1,200/s (12 sessions, one
+    // event per transaction, 10 ms apart).
+    let producers = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(12)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, "SET commit_delay = 2000; SET commit_siblings = 0")
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .connect(&env.database_url().await)
+        .await
+        .unwrap();
+    let dispatcher = env.dispatcher("slow-flush").await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+    let producing = CancellationToken::new();
+    let started = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..12 {
+        let (producers, producing) = (producers.clone(), producing.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut inserted = 0i64;
+            while !producing.is_cancelled() {
+                sqlx::query(
+                    "INSERT INTO outbox_event (event_type, payload) VALUES ('mail.flush', '{}')",
+                )
+                .execute(&producers)
+                .await
+                .unwrap();
+                inserted += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            inserted
+        }));
+    }
+    wait_for(
+        "the dispatcher to poll once producers wait for each other's notifications",
+        Duration::from_secs(20),
+        async || current_polling_leases(&env.pool).await == 1,
+    )
+    .await;
+    let before_polling = env.count_type("mail.flush").await;
+    let rate = before_polling as f64 / started.elapsed().as_secs_f64();
+    producing.cancel();
+    let mut inserted = 0;
+    for task in tasks {
+        inserted += task.await.unwrap();
+    }
+    producers.close().await;
+    assert!(
+        rate < 2000.0,
+        "the producers committed {rate:.0} events/s before the dispatcher polled: the claim rate alone would have made it poll"
+    );
+    wait_for(
+        "every event to be done (the last ones did not notify: polling finds them)",
+        Duration::from_secs(10),
+        async || env.count("done").await == inserted,
+    )
+    .await;
+    wait_for(
+        "the dispatcher to withdraw its polling lease once events stopped",
+        Duration::from_secs(5),
+        async || current_polling_leases(&env.pool).await == 0,
+    )
+    .await;
+    let ids = env.event_ids("outbox.mail").await;
+    assert_eq!(
+        i64::try_from(ids.len()).unwrap(),
+        inserted,
+        "one stream entry per event"
+    );
+    shutdown.cancel();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
 /// The sessions of this test's database whose last statement was a `LISTEN`.
 async fn listening_sessions(pool: &PgPool) -> i64 {
     sqlx::query_scalar(
