@@ -322,6 +322,14 @@ async fn a_dispatcher_polls_once_producers_wait_on_each_others_notifications_bel
     pool: PgPool,
 ) {
     let mut env = TestEnv::new(pool).await;
+    let fsync: String = sqlx::query_scalar("SHOW fsync")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        fsync, "on",
+        "this test slows commits with commit_delay, which only delays flushed commits: it needs fsync = on (PostgreSQL's default)"
+    );
     // Only a notification or the dispatcher's own polling can be what finds an event in time.
     env.settings.dispatch_interval = Duration::from_secs(30);
     // Producers on a disk that flushes slowly: `commit_delay` sleeps 2 ms before each commit's
