@@ -400,6 +400,20 @@ impl TestEnv {
             .unwrap()
     }
 
+    /// A host's heartbeat row as `outbox_worker` keeps it: `id` last seen `ago` before now
+    /// (zero: live), as a host that stopped heartbeating (SIGKILL) leaves it.
+    pub async fn host_last_seen(&self, id: &str, ago: Duration) {
+        sqlx::query(
+            "INSERT INTO outbox_worker (id, host_name, version, last_seen)
+             VALUES ($1, 'h', 'test', now() - make_interval(secs => $2))",
+        )
+        .bind(id)
+        .bind(ago.as_secs_f64())
+        .execute(&self.pool)
+        .await
+        .unwrap();
+    }
+
     /// The URL of this test's database (for child processes).
     pub async fn database_url(&self) -> String {
         dispatcher_process::pool_database_url(&self.pool).await

@@ -308,13 +308,9 @@ async fn a_dead_hosts_claims_are_released_when_its_heartbeat_stops_without_burni
         .await;
     // Two hosts claimed them with a 5-minute lease: one stopped heartbeating two minutes ago
     // (SIGKILL), the other is alive.
-    sqlx::query(
-        "INSERT INTO outbox_worker (id, host_name, version, last_seen)
-         VALUES ('dead-host', 'h', '0', now() - interval '2 minutes'), ('live-host', 'h', '0', now())",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    env.host_last_seen("dead-host", Duration::from_secs(120))
+        .await;
+    env.host_last_seen("live-host", Duration::ZERO).await;
     sqlx::query(
         "UPDATE outbox_event SET status = 'processing', attempts = attempts + 1, claimed_at = now(),
                 claimed_by = CASE WHEN id <= $1 THEN 'dead-host' ELSE 'live-host' END,

@@ -310,13 +310,8 @@ async fn a_role_that_cannot_see_other_transactions_keeps_the_horizon_a_margin_be
 async fn the_hosts_periodic_reads_of_open_rows_start_at_the_claim_horizon(pool: PgPool) {
     let env = TestEnv::new(pool).await;
     env.insert_many("mail.open", 3).await;
-    sqlx::query(
-        "INSERT INTO outbox_worker (id, host_name, version, last_seen)
-         VALUES ('dead-host', 'h', 'test', now() - interval '1 hour')",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    env.host_last_seen("dead-host", Duration::from_secs(3600))
+        .await;
     let horizon = store::claim_horizon(&env.pool, store::ClaimHorizon::everything())
         .await
         .unwrap();
@@ -420,21 +415,11 @@ async fn releasing_stale_hosts_claims_reads_no_event_while_every_host_is_live(po
         .execute(&env.pool)
         .await
         .unwrap();
-    sqlx::query(
-        "INSERT INTO outbox_worker (id, host_name, version, last_seen) VALUES ('live-host', 'h', '0', now())",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    env.host_last_seen("live-host", Duration::ZERO).await;
     assert_eq!(event_reads_of_stale_claims_release(&env.pool).await, 0);
 
-    sqlx::query(
-        "INSERT INTO outbox_worker (id, host_name, version, last_seen)
-         VALUES ('dead-host', 'h', '0', now() - interval '2 minutes')",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    env.host_last_seen("dead-host", Duration::from_secs(120))
+        .await;
     let held: i64 = sqlx::query_scalar(
         "UPDATE outbox_event SET status = 'processing', attempts = 1, claimed_at = now(),
                 claimed_by = 'dead-host', claim_expires_at = now() + interval '5 minutes'

@@ -39,6 +39,68 @@ async fn current_polling_leases(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
+/// Producer tasks inserting events until stopped, each running `insert` (which adds
+/// `per_insert` events) on a connection of `pool`, then pausing `pause`.
+struct Producers {
+    producing: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<i64>>,
+}
+
+impl Producers {
+    fn start(
+        pool: &PgPool,
+        sessions: usize,
+        insert: &'static str,
+        per_insert: i64,
+        pause: Duration,
+    ) -> Self {
+        let producing = CancellationToken::new();
+        let tasks = (0..sessions)
+            .map(|_| {
+                let (pool, producing) = (pool.clone(), producing.clone());
+                tokio::spawn(async move {
+                    let mut inserted = 0i64;
+                    while !producing.is_cancelled() {
+                        sqlx::query(insert).execute(&pool).await.unwrap();
+                        inserted += per_insert;
+                        tokio::time::sleep(pause).await;
+                    }
+                    inserted
+                })
+            })
+            .collect();
+        Self { producing, tasks }
+    }
+
+    /// Stop them; how many events they inserted.
+    async fn stop(self) -> i64 {
+        self.producing.cancel();
+        let mut inserted = 0;
+        for task in self.tasks {
+            inserted += task.await.unwrap();
+        }
+        inserted
+    }
+}
+
+/// After producers stopped while a dispatcher polled: every one of the `inserted` events gets
+/// done (the last ones did not notify: polling or its last look finds them, not the 30 s
+/// poll), and the dispatcher withdraws its polling lease.
+async fn polled_events_done_and_lease_withdrawn(env: &TestEnv, inserted: i64, within: Duration) {
+    wait_for(
+        "every event inserted while the dispatcher polled to be done",
+        within,
+        async || env.count("done").await == inserted,
+    )
+    .await;
+    wait_for(
+        "the dispatcher to withdraw its polling lease once events stopped",
+        Duration::from_secs(5),
+        async || current_polling_leases(&env.pool).await == 0,
+    )
+    .await;
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn producers_notify_only_while_no_dispatcher_polling_lease_is_current(pool: PgPool) {
     let env = TestEnv::new(pool).await;
@@ -205,28 +267,19 @@ async fn producers_waiting_for_each_others_notifications_are_counted(pool: PgPoo
         .connect(&env.database_url().await)
         .await
         .unwrap();
-    let producing = CancellationToken::new();
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let (producers, producing) = (producers.clone(), producing.clone());
-        tasks.push(tokio::spawn(async move {
-            while !producing.is_cancelled() {
-                sqlx::query("INSERT INTO outbox_event (event_type, payload) VALUES ('mail.contended', '{}')")
-                    .execute(&producers)
-                    .await
-                    .unwrap();
-            }
-        }));
-    }
+    let running = Producers::start(
+        &producers,
+        16,
+        "INSERT INTO outbox_event (event_type, payload) VALUES ('mail.contended', '{}')",
+        1,
+        Duration::ZERO,
+    );
     let mut most = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while most == 0 && tokio::time::Instant::now() < deadline {
         most = most.max(store::notify_lock_waiters(&env.pool).await.unwrap());
     }
-    producing.cancel();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    running.stop().await;
     producers.close().await;
     assert!(
         most > 0,
@@ -246,45 +299,21 @@ async fn a_dispatcher_claiming_fast_polls_then_hands_waking_back_to_notification
     let task = tokio::spawn(dispatcher.run(shutdown.clone()));
 
     // Producers at about 3,500 events/s (40 every 10 ms), above the rate at which it polls.
-    let producing = CancellationToken::new();
-    let producer = {
-        let (pool, producing) = (env.pool.clone(), producing.clone());
-        tokio::spawn(async move {
-            let mut inserted = 0i64;
-            while !producing.is_cancelled() {
-                sqlx::query(
-                    "INSERT INTO outbox_event (event_type, payload) SELECT 'mail.fast', jsonb_build_object('n', g) FROM generate_series(1, 40) g",
-                )
-                .execute(&pool)
-                .await
-                .unwrap();
-                inserted += 40;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            inserted
-        })
-    };
+    let producers = Producers::start(
+        &env.pool,
+        1,
+        "INSERT INTO outbox_event (event_type, payload) SELECT 'mail.fast', jsonb_build_object('n', g) FROM generate_series(1, 40) g",
+        40,
+        Duration::from_millis(10),
+    );
     wait_for(
         "the dispatcher to announce that it polls",
         Duration::from_secs(10),
         async || current_polling_leases(&env.pool).await == 1,
     )
     .await;
-    producing.cancel();
-    let inserted = producer.await.unwrap();
-    // The last inserts did not notify: polling (or its last look) finds them, not the 30 s poll.
-    wait_for(
-        "every event inserted while the dispatcher polled to be done",
-        Duration::from_secs(5),
-        async || env.count("done").await == inserted,
-    )
-    .await;
-    wait_for(
-        "the dispatcher to withdraw its polling lease once events stopped",
-        Duration::from_secs(5),
-        async || current_polling_leases(&env.pool).await == 0,
-    )
-    .await;
+    let inserted = producers.stop().await;
+    polled_events_done_and_lease_withdrawn(&env, inserted, Duration::from_secs(5)).await;
 
     let id = env
         .publish_all(vec![NewEvent::new("mail.slow", json!({}))])
@@ -352,26 +381,14 @@ async fn a_dispatcher_polls_once_producers_wait_on_each_others_notifications_bel
     let dispatcher = env.dispatcher("slow-flush").await;
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(dispatcher.run(shutdown.clone()));
-    let producing = CancellationToken::new();
     let started = tokio::time::Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..12 {
-        let (producers, producing) = (producers.clone(), producing.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut inserted = 0i64;
-            while !producing.is_cancelled() {
-                sqlx::query(
-                    "INSERT INTO outbox_event (event_type, payload) VALUES ('mail.flush', '{}')",
-                )
-                .execute(&producers)
-                .await
-                .unwrap();
-                inserted += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            inserted
-        }));
-    }
+    let running = Producers::start(
+        &producers,
+        12,
+        "INSERT INTO outbox_event (event_type, payload) VALUES ('mail.flush', '{}')",
+        1,
+        Duration::from_millis(10),
+    );
     wait_for(
         "the dispatcher to poll once producers wait for each other's notifications",
         Duration::from_secs(20),
@@ -380,28 +397,13 @@ async fn a_dispatcher_polls_once_producers_wait_on_each_others_notifications_bel
     .await;
     let before_polling = env.count_type("mail.flush").await;
     let rate = before_polling as f64 / started.elapsed().as_secs_f64();
-    producing.cancel();
-    let mut inserted = 0;
-    for task in tasks {
-        inserted += task.await.unwrap();
-    }
+    let inserted = running.stop().await;
     producers.close().await;
     assert!(
         rate < 2000.0,
         "the producers committed {rate:.0} events/s before the dispatcher polled: the claim rate alone would have made it poll"
     );
-    wait_for(
-        "every event to be done (the last ones did not notify: polling finds them)",
-        Duration::from_secs(10),
-        async || env.count("done").await == inserted,
-    )
-    .await;
-    wait_for(
-        "the dispatcher to withdraw its polling lease once events stopped",
-        Duration::from_secs(5),
-        async || current_polling_leases(&env.pool).await == 0,
-    )
-    .await;
+    polled_events_done_and_lease_withdrawn(&env, inserted, Duration::from_secs(10)).await;
     let ids = env.event_ids("outbox.mail").await;
     assert_eq!(
         i64::try_from(ids.len()).unwrap(),

@@ -215,14 +215,9 @@ async fn the_takeover_takes_a_dead_hosts_entries_unless_its_claim_is_still_renew
         "no host's heartbeat stopped yet"
     );
 
-    sqlx::query(
-        "INSERT INTO outbox_worker (id, host_name, version, last_seen) VALUES \
-         ('dead-host', 'h', 'test', now() - interval '100 seconds'), \
-         ('live-host', 'h', 'test', now())",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    env.host_last_seen("dead-host", Duration::from_secs(100))
+        .await;
+    env.host_last_seen("live-host", Duration::ZERO).await;
     let taken = takeover("heir").run_once(QUEUE, "h").await.unwrap();
     assert_eq!(
         taken

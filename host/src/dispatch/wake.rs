@@ -270,12 +270,17 @@ impl Dispatcher {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_claim_rate_calls_for_polling_only_while_it_stays_above_the_threshold() {
+    /// A fresh mode whose first window starts now, and the instant `ms` after that.
+    fn mode_and_clock() -> (WakeMode, impl Fn(u64) -> Instant) {
         let start = Instant::now();
         let mut mode = WakeMode::new();
         mode.window_started = start;
-        let at = |ms: u64| start + Duration::from_millis(ms);
+        (mode, move |ms| start + Duration::from_millis(ms))
+    }
+
+    #[test]
+    fn the_claim_rate_calls_for_polling_only_while_it_stays_above_the_threshold() {
+        let (mut mode, at) = mode_and_clock();
         assert!(!mode.busy(at(0)), "nothing claimed yet");
 
         mode.count(POLL_ABOVE_PER_WINDOW - 1, at(10));
@@ -302,10 +307,7 @@ mod tests {
 
     #[test]
     fn producers_waiting_on_notifications_make_a_dispatcher_poll_until_its_rate_halves() {
-        let start = Instant::now();
-        let mut mode = WakeMode::new();
-        mode.window_started = start;
-        let at = |ms: u64| start + Duration::from_millis(ms);
+        let (mut mode, at) = mode_and_clock();
         // 500 events/s, throttled by the notification lock: under the rate threshold.
         let per_window = 50;
         let mut now = 0;
@@ -340,10 +342,7 @@ mod tests {
 
     #[test]
     fn a_look_finding_nobody_waiting_starts_the_count_again_and_a_trickle_is_never_looked_at() {
-        let start = Instant::now();
-        let mut mode = WakeMode::new();
-        mode.window_started = start;
-        let at = |ms: u64| start + Duration::from_millis(ms);
+        let (mut mode, at) = mode_and_clock();
         let mut now = 0;
         for waiting in [true, true, true, false, true, true, true] {
             mode.count(50, at(now));

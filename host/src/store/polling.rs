@@ -78,7 +78,7 @@ pub async fn withdraw_polling(pool: &PgPool, worker_id: &str) -> Result<(), Stor
 /// when a transaction queues its notifications and held until its commit is flushed: those
 /// waiting for it are the producers (of any database of the server) whose commits wait for
 /// each other's.
-pub const NOTIFY_LOCK_WAITERS_SQL: &str = r#"
+const NOTIFY_LOCK_WAITERS_SQL: &str = r#"
     SELECT count(*) FROM pg_locks
     WHERE locktype = 'object' AND database = 0 AND classid = 'pg_database'::regclass
       AND objid = 0 AND objsubid = 0 AND NOT granted

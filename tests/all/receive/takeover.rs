@@ -107,12 +107,8 @@ async fn a_dead_hosts_pending_entries_are_taken_over_when_its_heartbeat_stops_no
         .query_async(&mut conn)
         .await
         .unwrap();
-    sqlx::query(
-        "INSERT INTO outbox_worker (id, host_name, version, last_seen) VALUES ('dead-host', 'h', 'test', now() - interval '100 seconds')",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
+    env.host_last_seen("dead-host", Duration::from_secs(100))
+        .await;
     let taken_at = Instant::now();
     let running = start(&env, &fixture, "survivor", true).await;
     wait_for(
