@@ -50,6 +50,7 @@ mod ordering;
 mod outcomes;
 mod receipts;
 mod receipts_backlog;
+mod receipts_trim;
 mod takeover;
 
 pub use outcomes::RESULT_SKIPPED_VERSION;

@@ -8,10 +8,10 @@
 //! short keys) and the other step, the writer: it reads that stream as a consumer group, writes
 //! what it read to `outbox_receipt` a batch per transaction (the statement is
 //! `store::receipts`, retried on a fresh connection through infrastructure blips for up to
-//! [`RECEIPT_RETRY_FOR`]), and only then acknowledges and deletes the stream entries. A receipt
-//! read by a writer that died first stays pending and is adopted by another writer after the
-//! receiver lease (`XAUTOCLAIM`), or by the same consumer reading its own pending entries again
-//! after a failed write. Writing one twice changes nothing but a `duplicates` count (see
+//! [`RECEIPT_RETRY_FOR`]), and only then acknowledges the stream entries and takes them out of
+//! the stream (`receipts_trim`). A receipt read by a writer that died first stays pending and
+//! is adopted by another writer after the receiver lease (`XAUTOCLAIM`), or by the same
+//! consumer reading its own pending entries again after a failed write. Writing one twice changes nothing but a `duplicates` count (see
 //! `store::receipts`). It never runs a handler, never touches a queue stream and holds no SQL.
 
 use std::collections::HashMap;
@@ -500,7 +500,8 @@ impl ReceiptWriter {
         Ok(reply.claimed.iter().map(QueueEntry::from_stream).collect())
     }
 
-    /// Write `entries` to `outbox_receipt`, then acknowledge and delete them.
+    /// Write `entries` to `outbox_receipt`, then acknowledge them and take them out of the
+    /// stream.
     async fn write(&self, conn: &mut RedisConn, entries: &[QueueEntry]) -> Result<(), String> {
         let batch: Vec<PositionedUpdate> = entries
             .iter()
@@ -526,28 +527,18 @@ impl ReceiptWriter {
             metrics::counter!("outbox_receipts_written_total").increment(batch.len() as u64);
         }
         let ids: Vec<&str> = entries.iter().map(|e| e.stream_id.as_str()).collect();
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("XACK")
-            .arg(&self.stream)
-            .arg(CONSUMER_GROUP)
-            .arg(&ids)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&self.stream)
-            .arg(&ids)
-            .ignore();
         // Written but not acknowledged: written again later, which changes nothing but the
         // duplicate counts.
-        pipe.query_async::<()>(conn)
+        super::receipts_trim::remove_written(conn, &self.stream, CONSUMER_GROUP, &ids)
             .await
+            .map(drop)
             .map_err(|e| format!("acknowledge written receipts: {e}"))
     }
 }
 
 /// A receipts stream entry's position: its id `<ms>-<seq>` as numbers (`None`: not an entry
 /// id).
-fn stream_position(id: &str) -> Option<StreamPosition> {
+pub(super) fn stream_position(id: &str) -> Option<StreamPosition> {
     let (ms, seq) = id.split_once('-')?;
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
