@@ -11,8 +11,9 @@
 //! [`RECEIPT_RETRY_FOR`]), and only then acknowledges the stream entries and takes them out of
 //! the stream (`receipts_trim`). A receipt read by a writer that died first stays pending and
 //! is adopted by another writer after the receiver lease (`XAUTOCLAIM`), or by the same
-//! consumer reading its own pending entries again after a failed write. Writing one twice changes nothing but a `duplicates` count (see
-//! `store::receipts`). It never runs a handler, never touches a queue stream and holds no SQL.
+//! consumer reading its own pending entries again after a failed write. Writing one twice
+//! changes nothing but a `duplicates` count (see `store::receipts`). It never runs a handler,
+//! never touches a queue stream and holds no SQL.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

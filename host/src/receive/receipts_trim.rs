@@ -3,12 +3,13 @@
 //! Owns [`remove_written`], the receipt writer's last step for a batch: acknowledge the entries
 //! and take them out of the stream, in one script call. The stream is trimmed below the oldest
 //! entry any consumer group still needs (its oldest pending entry, or the last one it was
-//! given, as the housekeeping trims a queue's stream): cutting whole runs of entries off the
-//! front costs Redis about 0.07 µs an entry where `XDEL` cost 1.7 µs (Redis 7.0 looks for the
-//! stream's new first entry after deleting the first one, on every id). Written entries behind
-//! one a group still needs (a dead writer's receipt waiting to be adopted) are deleted one by
-//! one, as before, so such a receipt never keeps the ones written after it in the stream. It
-//! never removes an entry a group has not been given or still holds pending.
+//! given, as the housekeeping trims a queue's stream): cutting runs of entries off the front
+//! cost Redis 7.0 about 0.07 µs an entry where `XDEL` cost 1.2-1.7 µs an id, and the whole
+//! step, acknowledgement included, 28-38 ms per 40,000 receipts in batches of 93 against 65-93
+//! ms for `XACK` + `XDEL`. Written entries behind one a group still needs (a dead writer's
+//! receipt waiting to be adopted) are deleted one by one, as before, so such a receipt never
+//! keeps the ones written after it in the stream. It never removes an entry a group has not
+//! been given or still holds pending.
 
 use super::receipts::stream_position;
 use crate::redis_conn::RedisConn;
