@@ -348,6 +348,14 @@ impl ConnectionLike for RedisConn {
     }
 }
 
+/// The shared connection the unit tests that talk to Redis use: `REDIS_URL`, or the local
+/// server.
+#[cfg(test)]
+pub(crate) async fn test_connection() -> RedisConn {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
+    RedisTarget::parse(&url).unwrap().shared().await.unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

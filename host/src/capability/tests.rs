@@ -18,7 +18,6 @@ use crate::plugin::bindings::handler_world::outbox::plugin::{
 use crate::plugin::engine::HandlerServices;
 use crate::plugin::{PluginEngine, PluginRegistry};
 use crate::queue::QueueKeys;
-use crate::redis_conn::{RedisConn, RedisTarget};
 
 #[test]
 fn clip_cuts_at_char_boundaries() {
@@ -49,11 +48,6 @@ fn parent() -> ParentEvent {
     }
 }
 
-async fn redis() -> RedisConn {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
-    RedisTarget::parse(&url).unwrap().shared().await.unwrap()
-}
-
 /// A receiver's factors on Redis under a prefix of this test, a database that refuses every
 /// connection at once (nothing must reach it) and the network; the services of one delivery.
 async fn receiver(answer: Result<(), String>, prefix: &str) -> (DeliveryServices, HandlerHost) {
@@ -64,7 +58,7 @@ async fn receiver(answer: Result<(), String>, prefix: &str) -> (DeliveryServices
     let host = HandlerHost::new(
         policy(answer),
         pool,
-        redis().await,
+        crate::redis_conn::test_connection().await,
         QueueKeys::new(prefix),
         super::http::http_client().unwrap(),
         1024,

@@ -68,6 +68,26 @@ pub fn marker_running(owner: &str) -> String {
     format!("{MARKER_RUNNING}{owner}")
 }
 
+/// Lua functions that order stream entry ids (`<ms>-<seq>`) as Redis does, for the scripts
+/// that compare them: `stream_id_after(a, b)` is true when `a` comes after `b`. A script that
+/// uses them is written after this text ([`with_stream_id_order`]).
+pub const STREAM_ID_ORDER_LUA: &str = r#"
+local function split_stream_id(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+local function stream_id_after(a, b)
+  local am, as = split_stream_id(a)
+  local bm, bs = split_stream_id(b)
+  return am > bm or (am == bm and as > bs)
+end
+"#;
+
+/// `script` with [`STREAM_ID_ORDER_LUA`]'s functions defined before it.
+pub fn with_stream_id_order(script: &str) -> String {
+    format!("{STREAM_ID_ORDER_LUA}{script}")
+}
+
 /// The text of a Lua script from its `template`: each `$NAME` is replaced by the Lua string
 /// literal of the value `names` gives `NAME` (e.g. `("TRIMMED", "trimmed")` turns `$TRIMMED`
 /// into `'trimmed'`). This is how a script names a field the Rust side defines without

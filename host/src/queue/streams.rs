@@ -22,7 +22,7 @@ pub mod trim_field {
 }
 
 /// The enqueue script's template (see [`enqueue_script`]); `$TRIMMED`, `$UNREAD` and `$UNACKED`
-/// are the [`trim_field`] names.
+/// are the [`trim_field`] names, `stream_id_after` is [`super::STREAM_ID_ORDER_LUA`]'s.
 const ENQUEUE_LUA: &str = r#"
 local replies = {}
 local last_added = nil
@@ -60,15 +60,6 @@ local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', limit)
 local removed = redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', max_len, 'LIMIT', limit)
 if removed == 0 then return replies end
 redis.call('HINCRBY', KEYS[2], $TRIMMED, removed)
-local function split(id)
-  local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
-end
-local function after(a, b)
-  local am, as = split(a)
-  local bm, bs = split(b)
-  return am > bm or (am == bm and as > bs)
-end
 local reply = replies[last_added]
 table.insert(reply, removed)
 for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
@@ -79,7 +70,7 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   end
   local unread = 0
   for i = 1, removed do
-    if after(head[i][1], delivered) then unread = unread + 1 end
+    if stream_id_after(head[i][1], delivered) then unread = unread + 1 end
   end
   local unacked = #redis.call('XPENDING', KEYS[1], name, head[1][1], head[removed][1], removed)
   if unread > 0 or unacked > 0 then
@@ -100,12 +91,18 @@ const ENQUEUE_NAMES: [(&str, &str); 3] = [
     ("UNACKED", trim_field::UNACKED_SUFFIX),
 ];
 
+/// The enqueue script's text: [`ENQUEUE_LUA`] with its names filled in, after the stream id
+/// order functions it uses.
+fn enqueue_script_text() -> String {
+    super::with_stream_id_order(&super::script_with_names(ENQUEUE_LUA, &ENQUEUE_NAMES))
+}
+
 /// The most entries one call of the [`enqueue_script`] hands off: a call runs alone in Redis,
 /// so this bounds how long it makes every other client wait (about a millisecond).
 pub const ENQUEUE_BATCH: usize = 128;
 
 static ENQUEUE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&super::script_with_names(ENQUEUE_LUA, &ENQUEUE_NAMES)));
+    LazyLock::new(|| redis::Script::new(&enqueue_script_text()));
 
 /// The streams enqueue script: one call hands off several entries of one queue, each one
 /// exactly once. KEYS[1] = the stream, KEYS[2] = the queue's trim counts
@@ -167,7 +164,7 @@ mod tests {
 
     #[test]
     fn the_enqueue_script_names_the_trim_fields_from_the_constants() {
-        let script = super::super::script_with_names(ENQUEUE_LUA, &ENQUEUE_NAMES);
+        let script = enqueue_script_text();
         assert!(!script.contains('$'), "every name filled in");
         assert!(script.contains("HINCRBY', KEYS[2], 'trimmed', removed"));
         assert!(script.contains("name .. ':unread'"));

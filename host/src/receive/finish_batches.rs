@@ -170,16 +170,6 @@ mod tests {
     use redis::streams::StreamReadOptions;
     use redis::AsyncCommands;
 
-    async fn redis() -> RedisConn {
-        let url =
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
-        crate::redis_conn::RedisTarget::parse(&url)
-            .unwrap()
-            .shared()
-            .await
-            .unwrap()
-    }
-
     /// A pending entry on `stream` (delivered to consumer `c`) and its marker held by `owner`.
     async fn delivered_and_claimed(
         conn: &mut RedisConn,
@@ -228,7 +218,7 @@ mod tests {
     /// acknowledged.
     #[tokio::test]
     async fn a_claim_named_twice_in_one_finish_call_is_recorded_once() {
-        let mut conn = redis().await;
+        let mut conn = crate::redis_conn::test_connection().await;
         let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
         let stream = keys.stream("queue-a");
         let receipts = keys.receipts_stream("queue-a");
@@ -275,7 +265,7 @@ mod tests {
     /// applied, and the entry it failed on is not acknowledged.
     #[tokio::test]
     async fn a_finish_call_failing_part_way_acknowledges_what_it_finished_before() {
-        let mut conn = redis().await;
+        let mut conn = crate::redis_conn::test_connection().await;
         let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
         let stream = keys.stream("queue-a");
         let receipts = keys.receipts_stream("queue-a");
@@ -335,7 +325,7 @@ mod tests {
 
     #[tokio::test]
     async fn successes_recorded_together_keep_each_entrys_own_owner_check() {
-        let mut conn = redis().await;
+        let mut conn = crate::redis_conn::test_connection().await;
         let keys = QueueKeys::new(format!("outcomes-test-{}:", rand::random::<u32>()));
         let (a, b) = (keys.stream("queue-a"), keys.stream("queue-b"));
         with_group(&mut conn, &[&a, &b]).await;

@@ -12,24 +12,17 @@
 //! been given or still holds pending.
 
 use super::receipts::stream_position;
+use crate::queue::with_stream_id_order;
 use crate::redis_conn::RedisConn;
 
 /// KEYS[1] the receipts stream; ARGV[1] the writer's group; ARGV[2..] the ids of the entries
 /// it wrote, in ascending order. Acknowledges them, trims the stream below the oldest entry any
 /// group still needs (its oldest pending entry, else the last entry given to it), deletes the
 /// written ids from there on, and returns how many entries went. The ids are compared only when
-/// the last is not below the trim (Lua's string handling cost more than the `XDEL` it saved).
+/// the last is not below the trim (Lua's string handling cost more than the `XDEL` it saved);
+/// `stream_id_after` is [`crate::queue::STREAM_ID_ORDER_LUA`]'s.
 const REMOVE_WRITTEN_LUA: &str = r#"
 redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
-local function split(id)
-  local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
-end
-local function before(a, b)
-  local am, as = split(a)
-  local bm, bs = split(b)
-  return am < bm or (am == bm and as < bs)
-end
 local floor = nil
 for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local name, pending, given
@@ -40,16 +33,16 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   end
   local needed = given
   if pending > 0 then needed = redis.call('XPENDING', KEYS[1], name)[2] end
-  if floor == nil or before(needed, floor) then floor = needed end
+  if floor == nil or stream_id_after(floor, needed) then floor = needed end
 end
 local removed = 0
 if floor ~= nil then
   removed = redis.call('XTRIM', KEYS[1], 'MINID', floor)
-  if before(ARGV[#ARGV], floor) then return removed end
+  if stream_id_after(floor, ARGV[#ARGV]) then return removed end
 end
 local behind = {}
 for i = 2, #ARGV do
-  if floor == nil or not before(ARGV[i], floor) then behind[#behind + 1] = ARGV[i] end
+  if floor == nil or not stream_id_after(floor, ARGV[i]) then behind[#behind + 1] = ARGV[i] end
 end
 if #behind > 0 then removed = removed + redis.call('XDEL', KEYS[1], unpack(behind)) end
 return removed
@@ -64,7 +57,7 @@ pub(super) async fn remove_written(
     ids: &[&str],
 ) -> redis::RedisResult<u64> {
     static SCRIPT: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(REMOVE_WRITTEN_LUA));
+        std::sync::LazyLock::new(|| redis::Script::new(&with_stream_id_order(REMOVE_WRITTEN_LUA)));
     if ids.is_empty() {
         return Ok(0);
     }
@@ -84,16 +77,6 @@ mod tests {
     use crate::queue::CONSUMER_GROUP;
     use redis::streams::{StreamRangeReply, StreamReadOptions, StreamReadReply};
     use redis::AsyncCommands;
-
-    async fn redis() -> RedisConn {
-        let url =
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
-        crate::redis_conn::RedisTarget::parse(&url)
-            .unwrap()
-            .shared()
-            .await
-            .unwrap()
-    }
 
     /// A fresh receipts stream of `n` entries with the writers' group; their ids in order.
     async fn stream_of(conn: &mut RedisConn, n: usize) -> (String, Vec<String>) {
@@ -150,7 +133,7 @@ mod tests {
 
     #[tokio::test]
     async fn written_receipts_leave_the_stream_and_unread_ones_stay() {
-        let mut conn = redis().await;
+        let mut conn = crate::redis_conn::test_connection().await;
         let (stream, ids) = stream_of(&mut conn, 6).await;
         let read = given(&mut conn, &stream, "writer", 4).await;
         assert_eq!(read, ids[..4]);
@@ -169,7 +152,7 @@ mod tests {
     /// written after it leave the stream meanwhile.
     #[tokio::test]
     async fn a_receipt_pending_at_a_dead_writer_stays_and_those_written_after_it_go() {
-        let mut conn = redis().await;
+        let mut conn = crate::redis_conn::test_connection().await;
         let (stream, ids) = stream_of(&mut conn, 5).await;
         let dead = given(&mut conn, &stream, "dead", 2).await;
         let live = given(&mut conn, &stream, "live", 10).await;
@@ -187,7 +170,7 @@ mod tests {
     /// the trim; the written ids still go, as `XDEL` took them before.
     #[tokio::test]
     async fn another_group_s_unread_entries_are_not_trimmed() {
-        let mut conn = redis().await;
+        let mut conn = crate::redis_conn::test_connection().await;
         let (stream, ids) = stream_of(&mut conn, 4).await;
         let _: () = conn.xgroup_create(&stream, "other", "0").await.unwrap();
         let read = given(&mut conn, &stream, "writer", 2).await;
