@@ -4,15 +4,15 @@
 //!
 //! Owns announcing, renewing and withdrawing one dispatcher's polling lease, counting the
 //! producers that wait for each other's notifications right now (`notify_lock_waiters`), and
-//! keeping the latest lease end in the sequence `outbox_dispatcher_polling_until_ms`
-//! (milliseconds since the Unix epoch), which the trigger's `WHEN` condition reads so that it
-//! does not even run while a lease is current (a PL/pgSQL call and a query per inserting statement saved). It never
+//! keeping the latest lease end in the sequence `outbox_dispatcher_polling_until_ms` (milliseconds
+//! since the Unix epoch), which the trigger's `WHEN` condition reads so that it does not even run
+//! while a lease is current (a PL/pgSQL call and a query per inserting statement saved). It never
 //! decides when a dispatcher polls (that is `dispatch::wake`), and a row or the sequence is only
 //! ever a lease: an end that is not renewed stops counting when it passes, so a dead host never
-//! keeps producers silent. The sequence is set when a lease is announced (never lower than it
-//! was) and, at a withdrawal, to the latest end still in the table; two dispatchers changing it
-//! at once may leave it lower than the table (producers notify until the next renewal, a second
-//! at most), never later than an end that was announced.
+//! keeps producers silent. The sequence is set when a lease is announced (never lower than it was)
+//! and, at a withdrawal, to the latest end still in the table; two dispatchers changing it at once
+//! may leave it lower than the table (producers notify until the next renewal, a second at most),
+//! never later than an end that was announced.
 
 use std::time::Duration;
 
