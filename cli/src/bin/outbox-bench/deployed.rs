@@ -267,6 +267,7 @@ async fn end_to_end(
         best.cpu.redis,
         "µs/event",
     );
+    cpu_ceiling(report, &best.cpu, preset.as_ref());
     if let Some(work) = best.work {
         let figure = report.figure(
             SECTION,
@@ -291,6 +292,51 @@ async fn end_to_end(
         );
     }
     Ok(())
+}
+
+/// The end-to-end CPU per event summed over the three processes against graphile-worker's
+/// (node and PostgreSQL) per job, and the rate that sum allows on this machine's cores were
+/// every core busy with nothing else, against the rate the preset reached: when the ceiling is
+/// below the preset's rate, no scheduling or pipelining reaches the preset, only less CPU per
+/// event does.
+fn cpu_ceiling(report: &mut Report, cpu: &Cpu, preset: Option<&GraphileWorkerRun>) {
+    let summed = cpu.host + cpu.postgres + cpu.redis;
+    if !summed.is_finite() || summed <= 0.0 {
+        return;
+    }
+    let figure = report.figure(
+        SECTION,
+        "deployed.e2e_cpu",
+        "deployed end to end: CPU per event, outbox process + PostgreSQL + Redis",
+        summed,
+        "µs/event",
+    );
+    let preset_cpu = preset.and_then(|gw| Some(gw.cpu_us_per_job? + gw.postgres_cpu_us_per_job?));
+    if let Some(per_job) = preset_cpu {
+        figure.against(
+            "deployed.gw_preset_cpu_summed",
+            "graphile-worker (performance preset): node + PostgreSQL CPU per job",
+            per_job,
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let ceiling = numeric::len_figure(cores) * 1e6 / summed;
+    let figure = report.figure(
+        SECTION,
+        "deployed.e2e_cpu_ceiling",
+        format!(
+            "deployed end to end: events/s that CPU per event allows on {cores} cores, all busy"
+        ),
+        ceiling,
+        "events/s",
+    );
+    if let Some(gw) = preset {
+        figure.against(
+            "deployed.gw_preset",
+            "graphile-worker (performance preset), as measured",
+            gw.jobs_per_second,
+        );
+    }
 }
 
 /// What a graphile-worker run was, in words.
