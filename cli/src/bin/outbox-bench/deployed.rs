@@ -105,13 +105,18 @@ impl Cpu {
 
     /// CPU µs per event of each since `before`, over `n` events.
     pub(crate) fn per_event_since(self, before: Self, n: i64) -> Self {
-        let per = |after: f64, before: f64| (after - before) * 1e6 / numeric::signed_figure(n);
+        let per = |after: f64, before: f64| us_per_event(after - before, n);
         Self {
             host: per(self.host, before.host),
             postgres: per(self.postgres, before.postgres),
             redis: per(self.redis, before.redis),
         }
     }
+}
+
+/// `seconds` of CPU spread over `n` events, in µs per event.
+fn us_per_event(seconds: f64, n: i64) -> f64 {
+    seconds * 1e6 / numeric::signed_figure(n)
 }
 
 /// One timed run: seconds from the COMMIT to the end, CPU µs per event over that window, and
@@ -435,8 +440,7 @@ async fn dispatch(
             let dispatch_sessions = store::dispatch_pool(&pool);
             let before = cpu_seconds_of("postgres");
             let limit = sql_limit(&dispatch_sessions, case.batch, n).await;
-            let limit_postgres =
-                (cpu_seconds_of("postgres") - before) * 1e6 / numeric::signed_figure(n);
+            let limit_postgres = us_per_event(cpu_seconds_of("postgres") - before, n);
             dispatch_sessions.close().await;
             pool.close().await;
             let limit = limit?;
