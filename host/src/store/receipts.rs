@@ -92,9 +92,11 @@ fn replaces(position: Option<StreamPosition>, current: Option<StreamPosition>) -
 const NEWER_OUTCOME: &str = "(EXCLUDED.outcome_ms IS NULL OR r.outcome_ms IS NULL \
      OR (EXCLUDED.outcome_ms, EXCLUDED.outcome_seq) >= (r.outcome_ms, r.outcome_seq))";
 
-/// The upsert of merged outcomes; `{NEWER}` stands for [`NEWER_OUTCOME`]. A row keeps its
-/// outcome against an older one; published ids and duplicate counts always add up.
-const UPSERT_OUTCOMES: &str = r#"
+/// The insert of merged outcomes, each as a new row. Alone, it is the fast path of a batch
+/// whose rows cannot exist yet (see [`write_receipt_updates`]): a plain insert costs
+/// PostgreSQL about a third less than the upsert (no speculative insertion: one unique-index
+/// descent and one WAL record less per row); with [`MERGE_ON_CONFLICT`] it is the upsert.
+const INSERT_OUTCOMES: &str = r#"
             INSERT INTO outbox_receipt AS r
                 (event_id, handler, queue, result, attempts, duration_ms, published_ids, error,
                  duplicates, outcome_ms, outcome_seq)
@@ -104,6 +106,11 @@ const UPSERT_OUTCOMES: &str = r#"
                         $7::text[], $8::text[], $9::int[], $10::bigint[], $11::bigint[])
                  AS v(event_id, handler, queue, result, attempts, duration_ms, published, error,
                       duplicates, outcome_ms, outcome_seq)
+            "#;
+
+/// What an outcome does to the row it meets; `{NEWER}` stands for [`NEWER_OUTCOME`]. A row
+/// keeps its outcome against an older one; published ids and duplicate counts always add up.
+const MERGE_ON_CONFLICT: &str = r#"
             ON CONFLICT (event_id, handler) DO UPDATE
             SET queue = CASE WHEN {NEWER} THEN EXCLUDED.queue ELSE r.queue END,
                 result = CASE WHEN {NEWER} THEN EXCLUDED.result ELSE r.result END,
@@ -116,9 +123,13 @@ const UPSERT_OUTCOMES: &str = r#"
                 duplicates = r.duplicates + EXCLUDED.duplicates, updated_at = now()
             "#;
 
-/// [`UPSERT_OUTCOMES`] as run.
-static UPSERT_OUTCOMES_SQL: LazyLock<String> =
-    LazyLock::new(|| UPSERT_OUTCOMES.replace("{NEWER}", NEWER_OUTCOME));
+/// The upsert of merged outcomes, as run.
+static UPSERT_OUTCOMES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{INSERT_OUTCOMES}{}",
+        MERGE_ON_CONFLICT.replace("{NEWER}", NEWER_OUTCOME)
+    )
+});
 
 /// Duplicate counts added to rows that have no outcome in the batch.
 const ADD_DUPLICATES: &str = r#"
@@ -133,7 +144,9 @@ const ADD_DUPLICATES: &str = r#"
 /// same (event, handler) are merged first (the outcome of the highest stream position wins;
 /// published ids and duplicates add up), and the upsert keeps a row's outcome when it holds a
 /// newer one than the batch: whatever order receipts arrive in, the latest recorded outcome
-/// stays. On `conn`: the writer's own, kept between writes (see [`super::KeptConnections`]).
+/// stays. A batch of first attempts only (the usual one) is inserted plainly, and upserted only
+/// if the insert meets an existing row ([`insert_else_upsert`]). On `conn`: the writer's own,
+/// kept between writes (see [`super::KeptConnections`]).
 pub async fn write_receipt_updates(
     conn: &mut sqlx::PgConnection,
     batch: &[PositionedUpdate],
@@ -163,7 +176,7 @@ pub async fn write_receipt_updates(
             }
         }
     }
-    let mut rows: Vec<(Receipt, Option<StreamPosition>, i32)> = Vec::new();
+    let mut rows: Vec<OutcomeRow> = Vec::new();
     let (mut dup_ids, mut dup_handlers, mut dup_counts) = (vec![], vec![], vec![]);
     for ((event_id, handler), (receipt, duplicates)) in merged {
         match receipt {
@@ -175,7 +188,10 @@ pub async fn write_receipt_updates(
             }
         }
     }
-    let upsert = (!rows.is_empty()).then(|| upsert_outcomes(&rows));
+    if !rows.is_empty() && dup_ids.is_empty() && rows.iter().all(first_of_its_row) {
+        return insert_else_upsert(conn, &rows).await;
+    }
+    let upsert = (!rows.is_empty()).then(|| outcomes_query(&UPSERT_OUTCOMES_SQL, &rows));
     let duplicates = (!dup_ids.is_empty()).then(|| {
         sqlx::query(ADD_DUPLICATES)
             .bind(dup_ids)
@@ -195,10 +211,42 @@ pub async fn write_receipt_updates(
     }
 }
 
-/// The upsert of a batch's outcomes (see [`write_receipt_updates`]).
-fn upsert_outcomes(
-    rows: &[(Receipt, Option<StreamPosition>, i32)],
-) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+/// A merged outcome with its position and duplicate count.
+type OutcomeRow = (Receipt, Option<StreamPosition>, i32);
+
+/// Whether `row` is most likely the first of its (event, handler): a handler's first attempt
+/// with no duplicate delivery counted. It is not when its receipt is written again (a writer
+/// died between writing and trimming it) or a replayed dead letter runs as attempt 1 again;
+/// those rare batches take the upsert after the insert meets the row.
+fn first_of_its_row((receipt, _, duplicates): &OutcomeRow) -> bool {
+    receipt.attempts <= 1 && *duplicates == 0
+}
+
+/// Write outcomes that are most likely new rows: a plain insert, and the upsert instead when
+/// the insert meets an existing row (the insert then wrote nothing: one statement).
+async fn insert_else_upsert(
+    conn: &mut sqlx::PgConnection,
+    rows: &[OutcomeRow],
+) -> Result<(), sqlx::Error> {
+    match outcomes_query(INSERT_OUTCOMES, rows)
+        .execute(&mut *conn)
+        .await
+    {
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            outcomes_query(&UPSERT_OUTCOMES_SQL, rows)
+                .execute(conn)
+                .await
+                .map(drop)
+        }
+        other => other.map(drop),
+    }
+}
+
+/// `sql` ([`INSERT_OUTCOMES`] or the upsert) bound to a batch's outcomes.
+fn outcomes_query<'q>(
+    sql: &'q str,
+    rows: &[OutcomeRow],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let published: Vec<String> = rows
         .iter()
         .map(|(r, _, _)| {
@@ -206,7 +254,7 @@ fn upsert_outcomes(
             format!("{{{}}}", ids.join(","))
         })
         .collect();
-    sqlx::query(&UPSERT_OUTCOMES_SQL)
+    sqlx::query(sql)
         .bind(rows.iter().map(|(r, _, _)| r.event_id).collect::<Vec<_>>())
         .bind(
             rows.iter()
@@ -317,5 +365,35 @@ mod tests {
         // higher attempt.
         write(vec![at(outcome("ok", 1, vec![]), 500)]).await;
         assert_eq!(row(&pool).await.0, "ok");
+    }
+
+    /// A batch of first attempts goes in as a plain insert; when one of its receipts already
+    /// has its row (written again after a writer died, or a replayed dead letter), the batch is
+    /// upserted instead: that row merged, the others written, nothing lost or doubled.
+    #[sqlx::test(migrations = "../migrations")]
+    async fn a_first_attempt_batch_meeting_an_existing_row_is_upserted_whole(pool: PgPool) {
+        let mut conn = pool.acquire().await.unwrap();
+        let first = at(outcome("ok", 1, vec![10]), 100);
+        write_receipt_updates(&mut conn, std::slice::from_ref(&first))
+            .await
+            .unwrap();
+        assert_eq!(row(&pool).await, ("ok".into(), 1, vec![10], 0));
+        let other = |event_id: i64| {
+            let ReceiptUpdate::Outcome(mut receipt) = outcome("ok", 1, vec![]) else {
+                unreachable!()
+            };
+            receipt.event_id = event_id;
+            at(ReceiptUpdate::Outcome(receipt), 150)
+        };
+        let again = at(outcome("ok", 1, vec![10, 20]), 200);
+        write_receipt_updates(&mut conn, &[other(43), again, other(44)])
+            .await
+            .unwrap();
+        assert_eq!(row(&pool).await, ("ok".into(), 1, vec![10, 20], 0));
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_receipt")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(rows, 3, "the batch's other receipts are written too");
     }
 }
