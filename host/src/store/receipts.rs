@@ -145,7 +145,7 @@ const ADD_DUPLICATES: &str = r#"
 /// published ids and duplicates add up), and the upsert keeps a row's outcome when it holds a
 /// newer one than the batch: whatever order receipts arrive in, the latest recorded outcome
 /// stays. A batch of first attempts only (the usual one) is inserted plainly, and upserted only
-/// if the insert meets an existing row ([`insert_else_upsert`]). On `conn`: the writer's own,
+/// if the insert meets an existing row (`insert_else_upsert`). On `conn`: the writer's own,
 /// kept between writes (see [`super::KeptConnections`]).
 pub async fn write_receipt_updates(
     conn: &mut sqlx::PgConnection,
