@@ -332,14 +332,50 @@ fn cpu_ceiling(report: &mut Report, cpu: &Cpu, preset: Option<&GraphileWorkerRun
         );
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let ceiling = numeric::len_figure(cores) * 1e6 / summed;
-    let figure = report.figure(
-        SECTION,
+    rate_allowed(
+        report,
         "deployed.e2e_cpu_ceiling",
         format!(
             "deployed end to end: events/s that CPU per event allows on {cores} cores, all busy"
         ),
-        ceiling,
+        summed,
+        cores,
+        preset,
+    );
+    // The same with the host's own CPU taken as nothing: what PostgreSQL and Redis do per event
+    // alone. Below the preset's rate, no change to the host's code reaches it; only fewer rows,
+    // index entries and commands per event do.
+    rate_allowed(
+        report,
+        "deployed.e2e_cpu_ceiling_stores",
+        format!(
+            "deployed end to end: events/s PostgreSQL's and Redis's CPU per event alone allow on {cores} cores (the outbox process taken as free)"
+        ),
+        cpu.postgres + cpu.redis,
+        cores,
+        preset,
+    );
+}
+
+/// The events/s that `us_per_event` of CPU allows on `cores` cores, every one busy with it
+/// alone, against the rate the preset reached; nothing when `us_per_event` is no positive
+/// figure.
+fn rate_allowed(
+    report: &mut Report,
+    key: &'static str,
+    name: String,
+    us_per_event: f64,
+    cores: usize,
+    preset: Option<&GraphileWorkerRun>,
+) {
+    if !us_per_event.is_finite() || us_per_event <= 0.0 {
+        return;
+    }
+    let figure = report.figure(
+        SECTION,
+        key,
+        name,
+        numeric::len_figure(cores) * 1e6 / us_per_event,
         "events/s",
     );
     if let Some(gw) = preset {
@@ -348,28 +384,6 @@ fn cpu_ceiling(report: &mut Report, cpu: &Cpu, preset: Option<&GraphileWorkerRun
             "graphile-worker (performance preset), as measured",
             gw.jobs_per_second,
         );
-    }
-    // The same with the host's own CPU taken as nothing: what PostgreSQL and Redis do per event
-    // alone. Below the preset's rate, no change to the host's code reaches it; only fewer rows,
-    // index entries and commands per event do.
-    let stores = cpu.postgres + cpu.redis;
-    if stores.is_finite() && stores > 0.0 {
-        let figure = report.figure(
-            SECTION,
-            "deployed.e2e_cpu_ceiling_stores",
-            format!(
-                "deployed end to end: events/s PostgreSQL's and Redis's CPU per event alone allow on {cores} cores (the outbox process taken as free)"
-            ),
-            numeric::len_figure(cores) * 1e6 / stores,
-            "events/s",
-        );
-        if let Some(gw) = preset {
-            figure.against(
-                "deployed.gw_preset",
-                "graphile-worker (performance preset), as measured",
-                gw.jobs_per_second,
-            );
-        }
     }
 }
 
