@@ -15,12 +15,14 @@ use outbox_host::{numeric, store, NewEvent};
 use sqlx::PgPool;
 
 use crate::common::{
-    arrival_latencies_ms, commit_one, percentile_index, spawn_arrival_reader, BENCH_QUEUE,
+    arrival_latencies_ms, commit_one, percentile_index, redis_connection, spawn_arrival_reader,
+    BENCH_QUEUE,
 };
 use crate::deployed::Cpu;
 use crate::deployment::{fresh_database, on_fresh_host, Deployment};
 use crate::host_process::{cpu_seconds_of, HostProcess};
 use crate::report::Report;
+use crate::work::Work;
 use crate::Args;
 
 const SECTION: &str = "deployed";
@@ -35,6 +37,7 @@ struct LatencyCase {
     reached_key: &'static str,
     alone_key: &'static str,
     cpu_key: &'static str,
+    per_claim_key: &'static str,
 }
 
 const LATENCY_CASES: [LatencyCase; 2] = [
@@ -47,6 +50,7 @@ const LATENCY_CASES: [LatencyCase; 2] = [
         reached_key: "deployed.latency_1000_reached",
         alone_key: "deployed.latency_1000_producers_alone",
         cpu_key: "deployed.latency_1000_host_cpu",
+        per_claim_key: "deployed.latency_1000_events_per_claim",
     },
     LatencyCase {
         rate: 5000,
@@ -57,6 +61,7 @@ const LATENCY_CASES: [LatencyCase; 2] = [
         reached_key: "deployed.latency_5000_reached",
         alone_key: "deployed.latency_5000_producers_alone",
         cpu_key: "deployed.latency_5000_host_cpu",
+        per_claim_key: "deployed.latency_5000_events_per_claim",
     },
 ];
 
@@ -69,6 +74,10 @@ struct LatencyRun {
     achieved: f64,
     events: usize,
     cpu: Cpu,
+    /// Events per claim that brought any (the dispatcher's batches, from its `/metrics`).
+    events_per_claim: f64,
+    /// WAL and Redis commands per event.
+    work: Work,
 }
 
 /// Commit-to-queue latency of the full `outbox run` at each offered load.
@@ -105,6 +114,16 @@ pub(crate) async fn run(
         report.say(format_args!(
             "  latency at {} events/s offered ({} events of bench.echo, one per transaction, achieved {:.0}/s, full `outbox run`): commit to queue entry p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; CPU µs/event: host {:.1}, PostgreSQL {:.1}, Redis {:.1}",
             case.rate, run.events, run.achieved, run.p50, run.p99, run.max, run.cpu.host, run.cpu.postgres, run.cpu.redis
+        ));
+        // What a claim costs when it carries about one event: the light load's cost per event.
+        report.say(format_args!(
+            "    {:.2} events per claim; per event: PostgreSQL CPU beyond the producers' own commit (alone: {:.1} µs) {:.1} µs, WAL {:.0} bytes (the commit's included); Redis {:.2} commands ({:.2} script calls, their commands counted; the bench's stream reader's XREADs included)",
+            run.events_per_claim,
+            alone.postgres_us,
+            run.cpu.postgres - alone.postgres_us,
+            run.work.wal_bytes,
+            run.work.redis_commands,
+            run.work.redis_scripts
         ));
         // The producers may fall short of the offered load on a busy machine: the figures say
         // what was reached.
@@ -162,9 +181,23 @@ pub(crate) async fn run(
             run.cpu.host,
             "µs/event",
         );
+        report.figure(
+            SECTION,
+            case.per_claim_key,
+            format!("deployed {at}: events per claim that brought any"),
+            run.events_per_claim,
+            "events",
+        );
     }
     Ok(())
 }
+
+/// The host's counters of dispatched events and of claimed batches (one per claim that brought
+/// events: the batch duration histogram's count), in this order.
+const DISPATCH_COUNTS: [&str; 2] = [
+    "outbox_events_dispatched_total",
+    "outbox_dispatch_batch_seconds_count",
+];
 
 /// Events/s one latency producer offers: it commits one event per transaction, one after
 /// another, every 1/`PRODUCER_RATE` s.
@@ -186,6 +219,9 @@ async fn latency_timed(
     let reader_task = spawn_arrival_reader(settings, stream, events, stop.clone()).await?;
 
     let producers = Producers::open(settings, rate).await?;
+    let mut redis = redis_connection(settings).await?;
+    let work_before = Work::now(pool, &mut redis).await?;
+    let claims_before = host.metrics(&DISPATCH_COUNTS).await?;
     let before = Cpu::now(host.pid);
     let (committed, publish_seconds) = producers.commit(events).await?;
     let reader_deadline = Instant::now() + Duration::from_secs(60);
@@ -216,6 +252,12 @@ async fn latency_timed(
     // longer shows its CPU time.
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
     producers.pool.close().await;
+    let work = Work::now(pool, &mut redis)
+        .await?
+        .per_event_since(work_before, n);
+    let claims_after = host.metrics(&DISPATCH_COUNTS).await?;
+    let grew = |i: usize| claims_after[i] - claims_before[i];
+    let events_per_claim = grew(0) / grew(1).max(1.0);
 
     let lat = arrival_latencies_ms(committed.iter().map(|(id, c)| (id, c)), &seen);
     let missing = events - lat.len();
@@ -231,6 +273,8 @@ async fn latency_timed(
         achieved: numeric::len_figure(events) / publish_seconds,
         events,
         cpu,
+        events_per_claim,
+        work,
     })
 }
 

@@ -46,6 +46,8 @@ pub(crate) struct HostProcess {
     /// Its process id.
     pub(crate) pid: u32,
     stderr_tail: Arc<Mutex<Vec<String>>>,
+    /// Its HTTP listener's address (`None`: HTTP off).
+    http_addr: Option<String>,
 }
 
 impl HostProcess {
@@ -119,7 +121,29 @@ impl HostProcess {
             child,
             pid,
             stderr_tail,
+            http_addr: (!options.http_addr.is_empty()).then(|| options.http_addr.to_string()),
         })
+    }
+
+    /// The values of the unlabelled samples `names` of its `/metrics` page, in that order (0
+    /// for a sample the page does not have yet: a counter shows up at its first increment).
+    pub(crate) async fn metrics(&self, names: &[&str]) -> anyhow::Result<Vec<f64>> {
+        let addr = self
+            .http_addr
+            .as_deref()
+            .context("the outbox process runs without its HTTP listener")?;
+        let url = format!("http://{addr}/metrics");
+        let page = reqwest::Client::new()
+            .get(&url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .with_context(|| format!("read {url}"))?
+            .text()
+            .await
+            .with_context(|| format!("read {url}"))?;
+        Ok(names.iter().map(|name| sample(&page, name)).collect())
     }
 
     /// Fail if the process has exited.
@@ -216,4 +240,31 @@ pub(crate) fn cpu_seconds_of(name: &str) -> f64 {
 /// `sysconf(_SC_CLK_TCK)`: 100 on Linux for every architecture this runs on.
 fn clock_ticks_per_second() -> f64 {
     100.0
+}
+
+/// The value of the unlabelled sample `name` in a Prometheus text page (`name value` on a line
+/// of its own); 0 when the page has none.
+fn sample(page: &str, name: &str) -> f64 {
+    page.lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_is_read_by_its_exact_name() {
+        let page = "# HELP outbox_events_dispatched_total Events.\n# TYPE outbox_events_dispatched_total counter\noutbox_events_dispatched_total 3487\noutbox_dispatch_batch_seconds{quantile=\"0.5\"} 0.0016\noutbox_dispatch_batch_seconds_count 2477\n";
+        assert_eq!(sample(page, "outbox_events_dispatched_total"), 3487.0);
+        assert_eq!(sample(page, "outbox_dispatch_batch_seconds_count"), 2477.0);
+        assert_eq!(
+            sample(page, "outbox_dispatch_batch_seconds"),
+            0.0,
+            "labelled lines and longer names are other samples"
+        );
+        assert_eq!(sample(page, "outbox_missing_total"), 0.0);
+    }
 }
