@@ -207,7 +207,7 @@ pub(crate) async fn start_host(
     let stream = (!dispatcher_only).then(|| {
         QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(BENCH_QUEUE)
     });
-    match wait_ready(&mut host, &addr, pool, settings, stream.as_deref()).await {
+    match wait_ready(&mut host, pool, settings, stream.as_deref()).await {
         Ok(()) => Ok(host),
         Err(e) => {
             stop_host(
@@ -219,11 +219,10 @@ pub(crate) async fn start_host(
     }
 }
 
-/// Poll `/readyz` until 200, then the heartbeat, then (full run) until `stream` exists, then
-/// let the host settle.
+/// Poll the host's `/readyz` (on the address it was started with) until 200, then the
+/// heartbeat, then (full run) until `stream` exists, then let the host settle.
 pub(crate) async fn wait_ready(
     host: &mut HostProcess,
-    addr: &str,
     pool: &PgPool,
     settings: &Settings,
     stream: Option<&str>,
@@ -232,7 +231,7 @@ pub(crate) async fn wait_ready(
         .timeout(Duration::from_secs(2))
         .build()
         .context("build the HTTP client")?;
-    let url = format!("http://{addr}/readyz");
+    let url = format!("http://{}/readyz", host.http_addr()?);
     let deadline = Instant::now() + READY_DEADLINE;
     loop {
         host.ensure_running()?;

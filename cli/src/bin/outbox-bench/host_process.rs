@@ -125,14 +125,17 @@ impl HostProcess {
         })
     }
 
+    /// Its HTTP listener's address; an error when it runs without one.
+    pub(crate) fn http_addr(&self) -> anyhow::Result<&str> {
+        self.http_addr
+            .as_deref()
+            .context("the outbox process runs without its HTTP listener")
+    }
+
     /// The values of the unlabelled samples `names` of its `/metrics` page, in that order (0
     /// for a sample the page does not have yet: a counter shows up at its first increment).
     pub(crate) async fn metrics(&self, names: &[&str]) -> anyhow::Result<Vec<f64>> {
-        let addr = self
-            .http_addr
-            .as_deref()
-            .context("the outbox process runs without its HTTP listener")?;
-        let url = format!("http://{addr}/metrics");
+        let url = format!("http://{}/metrics", self.http_addr()?);
         let page = reqwest::Client::new()
             .get(&url)
             .timeout(Duration::from_secs(5))
