@@ -102,6 +102,11 @@ pub const METRICS: &[(&str, MetricKind, &str)] = &[
         "Dispatch batches that failed, by stage.",
     ),
     (
+        "outbox_dispatch_records_on_claim_total",
+        MetricKind::Counter,
+        "Dispatch batches whose outcomes the next claim's statement recorded.",
+    ),
+    (
         "outbox_events_dispatched_total",
         MetricKind::Counter,
         "Events handed to every destination queue.",

@@ -47,6 +47,7 @@ mod receive;
 mod receive_claims;
 mod receive_maintenance;
 mod receiver_blips;
+mod records_on_claim;
 mod redis_cluster;
 mod reload;
 mod repair;

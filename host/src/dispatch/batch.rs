@@ -18,7 +18,9 @@ use crate::fault::{self, Blip};
 use crate::reconnect::retry_blips;
 use crate::routing::RouteDecision;
 use crate::sink::{Enqueue, EnqueueResult};
-use crate::store::{self, Claim, ClaimedEvent, Context as _, DeliveryRecord, EventOutcome};
+use crate::store::{
+    self, Claim, ClaimedEvent, Context as _, DeliveryRecord, EventOutcome, RecordedCounts,
+};
 
 impl Dispatcher {
     /// How long a batch may keep retrying its PostgreSQL writes through blips: half the lease
@@ -164,23 +166,40 @@ impl Dispatcher {
             outcomes.push((event.id, outcome));
         }
 
-        let counts = retry_blips(
-            "record batch outcomes",
-            "record",
-            self.write_deadline(started),
-            |e: &store::StoreError| fault::postgres_blip(&e.source),
-            || async {
-                let mut conn = self
-                    .statements
-                    .acquire()
-                    .await
-                    .context("record_outcomes: acquire a connection")?;
-                let recorded =
-                    store::record_outcomes(&mut *conn, &claim, &outcomes, &deliveries).await;
-                conn.finished(&recorded);
-                recorded
-            },
-        )
+        // A small batch all done rides on the claim loop's next claim (see `records_on_claim`);
+        // any other, or one no claim took in time, records itself.
+        let counts = async {
+            if let Some(done) = self
+                .records
+                .ride(&claim, &outcomes, !deliveries.is_empty())
+                .await
+            {
+                self.stats.recorded_on_claim.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("outbox_dispatch_records_on_claim_total").increment(1);
+                return Ok(RecordedCounts {
+                    done,
+                    ..RecordedCounts::default()
+                });
+            }
+            retry_blips(
+                "record batch outcomes",
+                "record",
+                self.write_deadline(started),
+                |e: &store::StoreError| fault::postgres_blip(&e.source),
+                || async {
+                    let mut conn = self
+                        .statements
+                        .acquire()
+                        .await
+                        .context("record_outcomes: acquire a connection")?;
+                    let recorded =
+                        store::record_outcomes(&mut *conn, &claim, &outcomes, &deliveries).await;
+                    conn.finished(&recorded);
+                    recorded
+                },
+            )
+            .await
+        }
         .instrument(tracing::debug_span!(parent: &batch_span, "outbox.record"))
         .await?;
         for (span, (_, outcome)) in event_spans.iter().zip(&outcomes) {

@@ -109,14 +109,17 @@ impl Dispatcher {
         // Notified by producers, or polling while claiming fast (see `wake`).
         let mut wake_mode = WakeMode::new();
         tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
+        self.records.set_open(true);
         while !shutdown.is_cancelled() {
-            while in_flight.len() >= BATCHES_IN_FLIGHT {
-                if in_flight
-                    .join_next()
-                    .await
-                    .is_some_and(|j| j.unwrap_or(true))
-                {
-                    next_look = None;
+            // A batch whose record waits to ride on the next claim is as good as finished.
+            while in_flight.len() >= BATCHES_IN_FLIGHT && !self.records.any() {
+                tokio::select! {
+                    joined = in_flight.join_next() => {
+                        if joined.is_some_and(|j| j.unwrap_or(true)) {
+                            next_look = None;
+                        }
+                    }
+                    _ = self.records.offered() => {}
                 }
             }
             if self.gate.blipped.swap(false, Ordering::AcqRel) {
@@ -223,6 +226,8 @@ impl Dispatcher {
                 }
             });
         }
+        // Records waiting for a claim go back to their batches, which record them now.
+        self.records.set_open(false);
         let grace = self.settings.shutdown_grace;
         let finished = tokio::time::timeout(grace, async {
             while in_flight.join_next().await.is_some() {}
@@ -334,7 +339,9 @@ impl Dispatcher {
     }
 
     /// Claim the next batch under this dispatcher's worker id, batch size and lease, reading the
-    /// claim index from this dispatcher's horizon.
+    /// claim index from this dispatcher's horizon, and recording in the same statement the
+    /// records waiting to ride on it (see [`super::records_on_claim`]; each batch hears how many
+    /// of its rows were recorded, or records them itself when the statement failed).
     async fn claim(&self) -> Result<Claim, store::StoreError> {
         let horizon = self.horizon.current(&self.pool).await;
         let mut conn = self
@@ -342,16 +349,27 @@ impl Dispatcher {
             .acquire()
             .await
             .context("claim_due_events: acquire a connection")?;
-        let claim = store::claim_due_events_from(
+        let riding = self.records.take();
+        let claimed = store::claim_recording_done(
             &mut *conn,
             &self.worker_id,
             self.settings.dispatch_batch_size,
             self.settings.claim_lease,
             horizon,
+            &riding.rows(),
         )
         .await;
-        conn.finished(&claim);
-        claim
+        conn.finished(&claimed);
+        match claimed {
+            Ok((claim, recorded)) => {
+                riding.answer(Some(&recorded));
+                Ok(claim)
+            }
+            Err(e) => {
+                riding.answer(None);
+                Err(e)
+            }
+        }
     }
 
     /// After a batch hit a blip of the sink's queue system (Redis): wait the probe delay, then

@@ -22,12 +22,14 @@
 //!
 //! Layout: this module holds the [`Dispatcher`], its counters and how it connects; `claim_loop`
 //! runs it (`run`, `drain`: claim, pipeline batches, pause on blips, release at shutdown),
-//! `batch` takes one claimed batch through enqueue and record, `route` decides each event's
+//! `batch` takes one claimed batch through enqueue and record, `records_on_claim` lets a small
+//! finished batch's record ride on the next claim's statement, `route` decides each event's
 //! queues (contract check, router call), and `wake` says when to look again (`LISTEN`, the next
 //! due row).
 
 mod batch;
 mod claim_loop;
+mod records_on_claim;
 mod route;
 mod wake;
 
@@ -68,6 +70,8 @@ pub struct DispatchStats {
     pub enqueued: AtomicU64,
     /// Batches claimed.
     pub batches: AtomicU64,
+    /// Batches whose outcomes the next claim's statement recorded (see `records_on_claim`).
+    pub recorded_on_claim: AtomicU64,
 }
 
 impl DispatchStats {
@@ -80,6 +84,7 @@ impl DispatchStats {
             "released": self.released.load(Ordering::Relaxed),
             "enqueued": self.enqueued.load(Ordering::Relaxed),
             "batches": self.batches.load(Ordering::Relaxed),
+            "recorded_on_claim": self.recorded_on_claim.load(Ordering::Relaxed),
         })
     }
 }
@@ -119,6 +124,8 @@ pub struct Dispatcher {
     gate: Arc<SinkGate>,
     /// `claimed_at` of the batches in flight (to tell a lost claim from a held one).
     held: Arc<std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>>,
+    /// Finished batches' records waiting to ride on the next claim.
+    records: Arc<records_on_claim::WaitingRecords>,
     /// Where claims read the claim index from (see `store::horizon`).
     horizon: Arc<store::HorizonTracker>,
     /// The process's listening session, when shared with its other followers (else `run`
@@ -156,6 +163,7 @@ impl Dispatcher {
             stats: Arc::default(),
             gate: Arc::default(),
             held: Arc::default(),
+            records: Arc::default(),
             horizon: Arc::default(),
             notifications: None,
         }

@@ -1,7 +1,7 @@
 //! Store: everything the host reads and writes in PostgreSQL after an event is published.
 //!
-//! Owns the claim (`FOR UPDATE SKIP LOCKED` + lease, and per-key ordering: an event with an
-//! ordering key waits while an earlier event of its key is pending or processing, see
+//! Owns the claim (in `claim`: `FOR UPDATE SKIP LOCKED` + lease, and per-key ordering: an event
+//! with an ordering key waits while an earlier event of its key is pending or processing, see
 //! [`CLAIM_SQL`]), recording a batch's outcomes, releasing
 //! claims on shutdown (retention is in `retention`, heartbeats and stale hosts in `hosts`); what operators and the demo read is in
 //! [`operator`] (re-exported here). Every statement
@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 
 mod access;
+mod claim;
 mod console;
 mod hook_parent;
 mod horizon;
@@ -34,6 +35,7 @@ mod retention;
 mod trace;
 
 pub use access::*;
+pub use claim::*;
 pub use console::*;
 pub use hook_parent::*;
 pub use horizon::*;
@@ -140,194 +142,6 @@ pub async fn record_max_payload_bytes(
 
 /// A connection URL with its password removed (defined with the settings it shows).
 pub use crate::config::redact;
-
-/// One event claimed by a dispatcher, with everything routing and the sink need.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimedEvent {
-    /// `outbox_event.id`.
-    pub id: i64,
-    /// Tenant, if any.
-    pub tenant_id: Option<String>,
-    /// Dot-separated type.
-    pub event_type: String,
-    /// Schema version of the payload.
-    pub event_version: i32,
-    /// Payload as JSON text (never re-serialised on the way to Redis).
-    pub payload: String,
-    /// Headers as JSON text.
-    pub headers: String,
-    /// Producer idempotency key.
-    pub dispatch_key: Option<String>,
-    /// Ordering key: events of one key are claimed one at a time, in id order (see
-    /// [`CLAIM_SQL`]).
-    pub ordering_key: Option<String>,
-    /// Attempt number of this claim (1 on first claim).
-    pub attempts: i32,
-    /// When the event was published.
-    pub created_at: DateTime<Utc>,
-    /// True when this claim took the row over from a claimer whose lease expired.
-    pub recovered_lease: bool,
-    /// 0 for a producer's event, the parent's + 1 for an event a handler published (see
-    /// `capability::publish`).
-    pub generation: i32,
-}
-
-impl ClaimedEvent {
-    /// An event as routers and handlers see it, outside any claim (offline plugin calls,
-    /// benches, tests): version 1, no tenant, empty headers, attempt 1, created now.
-    pub fn unclaimed(id: i64, event_type: impl Into<String>, payload: impl Into<String>) -> Self {
-        Self {
-            id,
-            tenant_id: None,
-            event_type: event_type.into(),
-            event_version: 1,
-            payload: payload.into(),
-            headers: "{}".into(),
-            dispatch_key: None,
-            ordering_key: None,
-            attempts: 1,
-            created_at: Utc::now(),
-            recovered_lease: false,
-            generation: 0,
-        }
-    }
-}
-
-/// A batch of claimed events plus the lease token needed to record their outcomes.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    /// Who claimed (`outbox_worker.id`).
-    pub worker_id: String,
-    /// The claim statement's timestamp; with `worker_id` it identifies this lease.
-    pub claimed_at: DateTime<Utc>,
-    /// The rows, oldest due first.
-    pub events: Vec<ClaimedEvent>,
-}
-
-/// The claim statement of [`claim_due_events`] (`$1` limit, `$2` worker id, `$3` lease in
-/// seconds, `$4` the claim horizon or NULL, `$5` its first id or NULL), public so that tests
-/// can check its plan.
-///
-/// The index is read from the claim horizon (see `horizon`: its instant, and the first live
-/// row's id when that row alone bounds it): no claimable row is earlier, and
-/// the entries before it are those finished events left behind.
-///
-/// The update reaches the locked rows by their `ctid` list alone (one TID scan of exactly those
-/// rows, sorted once), never by a join with `due`: a join on `id` lets the planner hash the whole
-/// table (a sequential scan) as soon as many rows are waiting, and a join on `ctid` beside the
-/// list let it pick, on stale statistics, a nested loop that checked every row against the
-/// whole list (batch² comparisons, a tenth of the machine's CPU in a profile of the deployed
-/// host). Whether a row's lease was recovered is read from the few `due` rows that were
-/// `processing` (usually none). Every step is linear in the batch whatever the plan. The row
-/// lock taken in `due` keeps each `ctid` valid until the update in the same statement; a row
-/// another transaction changed after this statement's snapshot is not visible at its TID and is
-/// left for the next claim (never half-claimed).
-///
-/// Per-key ordering: a row with an `ordering_key` is claimable only while no row of the same key
-/// with a lower id is `pending` or `processing` (one probe of `outbox_event_ordering_idx`), so a
-/// claim takes at most the head of each key, and the next event of a key waits until the head
-/// is `done`, `failed` or `cancelled` (a retry puts the head back to `pending`: it still
-/// blocks). Against a concurrent claimer the check needs no lock: a row that claimer has locked
-/// or claimed is `pending` or `processing` in any snapshot this statement can have, so it
-/// blocks its later rows here whether or not `SKIP LOCKED` skips the row itself; a row only
-/// stops blocking once its outcome (written after its hand-off to every queue) has committed.
-pub const CLAIM_SQL: &str = r#"
-    WITH due AS (
-        SELECT ctid, id, status AS previous_status
-        FROM outbox_event candidate
-        WHERE status IN ('pending', 'processing') AND available_at <= now()
-          AND (available_at, id) >= (coalesce($4, '-infinity'::timestamptz),
-                                     coalesce($5, -9223372036854775808))
-          AND (status = 'pending' OR claim_expires_at <= now())
-          AND (ordering_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM outbox_event earlier
-                WHERE earlier.ordering_key = candidate.ordering_key
-                  AND earlier.id < candidate.id
-                  AND earlier.status IN ('pending', 'processing')))
-        ORDER BY available_at, id
-        LIMIT $1
-        FOR UPDATE SKIP LOCKED
-    ),
-    claimed AS (
-        UPDATE outbox_event e
-        SET status = 'processing',
-            attempts = e.attempts + 1,
-            claimed_by = $2,
-            claimed_at = now(),
-            claim_expires_at = now() + make_interval(secs => $3)
-        WHERE e.ctid = ANY(ARRAY(SELECT ctid FROM due))
-        RETURNING e.id, e.tenant_id, e.event_type, e.event_version, e.payload::text AS payload,
-                  e.headers::text AS headers, e.dispatch_key, e.ordering_key, e.attempts,
-                  e.created_at, e.claimed_at, e.generation, e.available_at
-    )
-    SELECT claimed.*,
-           claimed.id = ANY(ARRAY(SELECT id FROM due WHERE previous_status = 'processing'))
-               AS recovered
-    FROM claimed
-    ORDER BY available_at, id
-    "#;
-
-/// Claim up to `limit` due rows: pending rows whose `available_at` has passed and processing
-/// rows whose lease (`claim_expires_at`) expired. Claimed rows get `status = processing`,
-/// `attempts + 1` and a lease of `lease` in `claim_expires_at`; their `available_at` stays, so
-/// the index entry a claimed row leaves when it finishes lies behind the claim horizon instead
-/// of where later claims read (the lease end), and the one partial index finds expired leases
-/// too (at their row's `available_at`, which holds the horizon back while they are live). One statement ([`CLAIM_SQL`]), autocommitted, reading the whole
-/// claim index; the dispatcher reads it from its horizon ([`claim_due_events_from`]).
-pub async fn claim_due_events(
-    pool: &PgPool,
-    worker_id: &str,
-    limit: i64,
-    lease: Duration,
-) -> Result<Claim, StoreError> {
-    claim_due_events_from(pool, worker_id, limit, lease, ClaimHorizon::everything()).await
-}
-
-/// [`claim_due_events`] reading the claim index from `horizon` (from [`claim_horizon`]), on
-/// `db` (a pool, or a connection the caller keeps: see [`KeptConnections`]).
-pub async fn claim_due_events_from(
-    db: impl sqlx::PgExecutor<'_>,
-    worker_id: &str,
-    limit: i64,
-    lease: Duration,
-    horizon: ClaimHorizon,
-) -> Result<Claim, StoreError> {
-    let rows = sqlx::query(CLAIM_SQL)
-        .bind(limit)
-        .bind(worker_id)
-        .bind(lease.as_secs_f64())
-        .bind(horizon.at)
-        .bind(horizon.from_id)
-        .fetch_all(db)
-        .await
-        .context("claim_due_events")?;
-
-    let mut claimed_at = Utc::now();
-    let mut events = Vec::with_capacity(rows.len());
-    for row in rows {
-        claimed_at = row.get("claimed_at");
-        events.push(ClaimedEvent {
-            id: row.get("id"),
-            tenant_id: row.get("tenant_id"),
-            event_type: row.get("event_type"),
-            event_version: row.get("event_version"),
-            payload: row.get("payload"),
-            headers: row.get("headers"),
-            dispatch_key: row.get("dispatch_key"),
-            ordering_key: row.get("ordering_key"),
-            attempts: row.get("attempts"),
-            created_at: row.get("created_at"),
-            recovered_lease: row.get("recovered"),
-            generation: row.get("generation"),
-        });
-    }
-    events.sort_by_key(|e| e.id);
-    Ok(Claim {
-        worker_id: worker_id.to_string(),
-        claimed_at,
-        events,
-    })
-}
 
 /// How long until the next claimable row becomes due, measured on the database clock
 /// (`None`: nothing pending or leased; zero: something is due now). Rows held back behind an
