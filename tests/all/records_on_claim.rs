@@ -3,10 +3,13 @@
 //! events nothing is lost or doubled, whether the record rode or the batch wrote it itself.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_host::dispatch::Dispatcher;
+use outbox_host::routing::RouterHandle;
 use outbox_host::{store, NewEvent};
-use outbox_tests::{wait_for, TestEnv};
+use outbox_tests::{infra_retries, wait_for, PgKiller, TestEnv};
 use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -180,5 +183,76 @@ async fn records_ride_on_the_next_claim_at_a_trickle_and_no_event_is_lost_or_dou
             .await
             .unwrap();
     assert_eq!(attempts, vec![1], "every event done on its first attempt");
+    env.cleanup().await;
+}
+
+/// A record waiting for a claim whose statement dies with its backend is written by its batch
+/// (or was written by the statement before its reply was lost): under the default lease (300 s)
+/// a record lost between the two would leave its row `processing` far past this test.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_trickle_through_terminated_backends_loses_no_riding_record_and_costs_no_attempt(
+    pool: PgPool,
+) {
+    let mut env = TestEnv::new(pool).await;
+    super::blips::default_lease_and_backoff(&mut env);
+    let mut pg = PgKiller::new(&env).await;
+    let dispatcher = Dispatcher::new(
+        pg.host_pool().await,
+        env.sink().await,
+        RouterHandle::new(TestEnv::default_table()),
+        Arc::new(env.settings.clone()),
+        "trickle-cut",
+    );
+    let stats = dispatcher.stats();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(dispatcher.run(shutdown.clone()));
+
+    let claims_cut_before = infra_retries("postgres", "claim");
+    let (mut total, mut terminated) = (0_i64, 0);
+    for cut in 0..40 {
+        for _ in 0..(8 + cut % 7) {
+            env.insert_many("mail.trickle", 1).await;
+            total += 1;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        terminated += pg.terminate().await;
+    }
+    assert!(terminated > 0, "no backend of the host was terminated");
+    assert!(
+        infra_retries("postgres", "claim") > claims_cut_before,
+        "no cut hit a claim statement"
+    );
+    wait_for(
+        "every event to be done well within the lease",
+        Duration::from_secs(20),
+        async || env.count("done").await == total,
+    )
+    .await;
+    assert!(
+        stats
+            .recorded_on_claim
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0,
+        "records rode on claims between the cuts"
+    );
+    shutdown.cancel();
+    task.await.unwrap();
+
+    let max_attempts: i32 = sqlx::query_scalar("SELECT max(attempts) FROM outbox_event")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(max_attempts, 1, "a cut was counted as an attempt");
+    let ids = env.event_ids("outbox.mail").await;
+    assert_eq!(
+        i64::try_from(ids.len()).unwrap(),
+        total,
+        "one entry per event"
+    );
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        ids.len(),
+        "no event enqueued twice"
+    );
     env.cleanup().await;
 }

@@ -390,7 +390,8 @@ pub async fn record_outcomes(
 }
 
 /// [`record_outcomes`] for the usual batch: every event done, none fanned out. One plain update
-/// by primary key, under the same lease check: the full statement's other data-modifying CTEs
+/// by primary key, under the same lease check (the update [`CLAIM_RECORDING_DONE_SQL`] makes
+/// too, for a batch recorded with the next claim): the full statement's other data-modifying CTEs
 /// cost PostgreSQL about 60 µs per batch even when they touch nothing, which at a trickle (one
 /// event per batch) was a fifth of what recording an event cost.
 async fn record_all_done(
