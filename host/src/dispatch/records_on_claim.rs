@@ -22,12 +22,12 @@ use crate::store::{Claim, EventOutcome};
 /// The longest a finished batch waits for the claim loop's next claim to record it; past it the
 /// batch records itself. Short beside a lease (a row stays `processing` this much longer) and
 /// long enough that at 1,000 events/s the next event nearly always comes first.
-pub const RIDE_WAIT: Duration = Duration::from_millis(5);
+const RIDE_WAIT: Duration = Duration::from_millis(5);
 
 /// The largest batch that rides on a claim: past a few dozen events the record's own work
 /// outweighs its statement's fixed cost, and recording on the batch's own connection keeps it
 /// beside the next claim instead of inside it.
-pub const RIDE_MAX_EVENTS: usize = 64;
+const RIDE_MAX_EVENTS: usize = 64;
 
 /// One finished batch's record waiting for a claim.
 struct WaitingRecord {

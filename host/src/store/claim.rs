@@ -209,12 +209,7 @@ pub async fn claim_due_events_from(
     lease: Duration,
     horizon: ClaimHorizon,
 ) -> Result<Claim, StoreError> {
-    let rows = sqlx::query(CLAIM_SQL)
-        .bind(limit)
-        .bind(worker_id)
-        .bind(lease.as_secs_f64())
-        .bind(horizon.at)
-        .bind(horizon.from_id)
+    let rows = claim_query(CLAIM_SQL, worker_id, limit, lease, horizon)
         .fetch_all(db)
         .await
         .context("claim_due_events")?;
@@ -225,7 +220,8 @@ pub async fn claim_due_events_from(
 /// the rows `done` lists as `done`: each `(id, claimed_at)` a row of a batch this worker claimed
 /// at `claimed_at` and handed off to every queue. One statement instead of two: at a trickle of
 /// events, where a claim carries about one event, recording a batch this way instead of on its
-/// own took about a third off PostgreSQL's CPU per event. Returns the claim and the ids it
+/// own took a third off PostgreSQL's CPU per event in SQL alone, and 14 % of what the deployed
+/// host costs PostgreSQL per event beyond the producer's own commit at 1,000 events/s. Returns the claim and the ids it
 /// recorded; a row missing from them was no longer held under that lease (another host took it
 /// over after the lease ran out, or an earlier try recorded it).
 pub async fn claim_recording_done(
@@ -241,12 +237,7 @@ pub async fn claim_recording_done(
         return Ok((claim, Vec::new()));
     }
     let (ids, claimed_ats): (Vec<i64>, Vec<DateTime<Utc>>) = done.iter().copied().unzip();
-    let rows = sqlx::query(CLAIM_RECORDING_DONE_SQL)
-        .bind(limit)
-        .bind(worker_id)
-        .bind(lease.as_secs_f64())
-        .bind(horizon.at)
-        .bind(horizon.from_id)
+    let rows = claim_query(CLAIM_RECORDING_DONE_SQL, worker_id, limit, lease, horizon)
         .bind(&ids)
         .bind(&claimed_ats)
         .fetch_all(db)
@@ -257,6 +248,23 @@ pub async fn claim_recording_done(
         .map(|row| row.get::<Vec<i64>, _>("recorded"))
         .unwrap_or_default();
     Ok((claim_of(worker_id, &rows), recorded))
+}
+
+/// `sql`, one of the claim statements, with the parameters they share bound (`$1` limit, `$2`
+/// worker id, `$3` lease in seconds, `$4` and `$5` the claim horizon).
+fn claim_query<'q>(
+    sql: &'q str,
+    worker_id: &'q str,
+    limit: i64,
+    lease: Duration,
+    horizon: ClaimHorizon,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(limit)
+        .bind(worker_id)
+        .bind(lease.as_secs_f64())
+        .bind(horizon.at)
+        .bind(horizon.from_id)
 }
 
 /// The claim the rows of a claim statement describe (a row whose `id` is NULL, the one row of
