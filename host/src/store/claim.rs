@@ -189,8 +189,9 @@ pub const CLAIM_RECORDING_DONE_SQL: &str = concat!(
 /// `attempts + 1` and a lease of `lease` in `claim_expires_at`; their `available_at` stays, so
 /// the index entry a claimed row leaves when it finishes lies behind the claim horizon instead
 /// of where later claims read (the lease end), and the one partial index finds expired leases
-/// too (at their row's `available_at`, which holds the horizon back while they are live). One statement ([`CLAIM_SQL`]), autocommitted, reading the whole
-/// claim index; the dispatcher reads it from its horizon ([`claim_due_events_from`]).
+/// too (at their row's `available_at`, which holds the horizon back while they are live). One
+/// statement ([`CLAIM_SQL`]), autocommitted, reading the whole claim index; the dispatcher reads
+/// it from its horizon ([`claim_due_events_from`]).
 pub async fn claim_due_events(
     pool: &PgPool,
     worker_id: &str,
@@ -221,9 +222,9 @@ pub async fn claim_due_events_from(
 /// at `claimed_at` and handed off to every queue. One statement instead of two: at a trickle of
 /// events, where a claim carries about one event, recording a batch this way instead of on its
 /// own took a third off PostgreSQL's CPU per event in SQL alone, and 14 % of what the deployed
-/// host costs PostgreSQL per event beyond the producer's own commit at 1,000 events/s. Returns the claim and the ids it
-/// recorded; a row missing from them was no longer held under that lease (another host took it
-/// over after the lease ran out, or an earlier try recorded it).
+/// host costs PostgreSQL per event beyond the producer's own commit at 1,000 events/s. Returns
+/// the claim and the ids it recorded; a row missing from them was no longer held under that
+/// lease (another host took it over after the lease ran out, or an earlier try recorded it).
 pub async fn claim_recording_done(
     db: impl sqlx::PgExecutor<'_>,
     worker_id: &str,
