@@ -363,6 +363,8 @@ impl Dispatcher {
         match claimed {
             Ok((claim, recorded)) => {
                 riding.answer(Some(&recorded));
+                self.horizon
+                    .claimed(claim.events.len(), self.settings.dispatch_batch_size);
                 Ok(claim)
             }
             Err(e) => {
