@@ -60,13 +60,14 @@ pub const DISPATCH_CONNECTIONS: u32 = 8;
 /// including in a generic plan cached while the table was empty.
 ///
 /// And they plan with `enable_bitmapscan = off`, for the same reason: the claim must read the
-/// claim index in order and stop at its batch. Between bursts an outbox holds finished rows
-/// only, and statistics taken then say no row is `pending`; on them the planner estimated one or
-/// two claimable rows and, for every claim of a burst, read every waiting row into a bitmap and
-/// sorted them all to take a batch (29,500 rows and 27 ms for a claim of 100 with 30,000
-/// waiting: each claim cost as much as the backlog, three quarters of PostgreSQL's time end to
-/// end). A plain index scan returns the rows in index order, so the claim reads its batch (and
-/// what lies before it since the horizon) whatever the statistics say.
+/// claim index in order and stop at its batch. Between bursts the claim index holds only the
+/// entries finished events left behind, and a claim planned then (a connection keeps its plan)
+/// estimated one or two claimable rows: for every claim of the next burst it read every waiting
+/// row into a bitmap and sorted them all to take a batch (29,500 rows and 27 ms for a claim of
+/// 100 with 30,000 waiting, each claim costing as much as the backlog: three quarters of
+/// PostgreSQL's time end to end on a host that had handled events before). A plain index scan
+/// returns the rows in index order, so the claim reads its batch (and what lies before it since
+/// the horizon) whatever the plan was made on.
 ///
 /// And they plan with `plan_cache_mode = force_generic_plan`: a prepared statement is planned
 /// once per connection. Left to choose, PostgreSQL kept re-planning the outcome record (a

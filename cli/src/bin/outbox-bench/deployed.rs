@@ -9,9 +9,8 @@
 //! - end to end: `--deployed-events` `bench.echo` events committed in one transaction into the
 //!   idle full `outbox run`, warmed up first (its first 2,000 events handled untimed, so that it
 //!   runs on the plans a running host keeps), timed from that COMMIT until the last `ok`
-//!   receipt; against
-//!   graphile-worker 0.18 timed the same way (its worker idle first, then the jobs committed),
-//!   with its performance preset and with its defaults.
+//!   receipt; against graphile-worker 0.18 timed the same way (its worker idle first, then the
+//!   jobs committed), with its performance preset and with its defaults.
 //! - dispatch: `outbox run --dispatcher-only`, batch 1000 and 100, `--deployed-dispatch-events`
 //!   events over four types the shipped routes send to four queues, committed in one
 //!   transaction, timed until every one is `done`; against the dispatch section's SQL limit on
