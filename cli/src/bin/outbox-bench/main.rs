@@ -89,7 +89,7 @@ struct Args {
     #[arg(long, default_value_t = 5000)]
     receive_entries: usize,
     /// Receiver concurrencies to measure (`OUTBOX_RECEIVER_CONCURRENCY`), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "8,64")]
+    #[arg(long, value_delimiter = ',', default_value = "8,64,256")]
     receive_concurrency: Vec<usize>,
     /// Policy checks timed per case.
     #[arg(long, default_value_t = 20_000)]

@@ -111,6 +111,7 @@ fn defaults_when_neither_env_nor_file() {
     assert_eq!(s.plugin_dir, PathBuf::from("plugins/dist"));
     assert_eq!(s.worker_queue_group, None);
     assert_eq!(s.max_payload_bytes, DEFAULT_MAX_PAYLOAD_BYTES);
+    assert_eq!(s.receiver_concurrency, 256);
 }
 
 #[test]
