@@ -196,8 +196,9 @@ struct TrackedHorizon {
     full_scan: Option<std::time::Instant>,
     /// Rows claimed from `current` so far.
     claimed: u64,
-    /// Rows claimed from one horizon after which it is recomputed (`None`: only by time).
-    refresh_after: Option<u64>,
+    /// Whether those rows reached [`HORIZON_REFRESH_AFTER_BATCHES`] batches: `current` is then
+    /// recomputed however recent it is.
+    walked_far: bool,
 }
 
 impl TrackedHorizon {
@@ -205,7 +206,7 @@ impl TrackedHorizon {
     fn count_claimed(&mut self, rows: usize, batch_size: i64) {
         self.claimed = self.claimed.saturating_add(rows as u64);
         let batch = u64::try_from(batch_size).unwrap_or(1).max(1);
-        self.refresh_after = Some(batch.saturating_mul(HORIZON_REFRESH_AFTER_BATCHES));
+        self.walked_far = self.claimed >= batch.saturating_mul(HORIZON_REFRESH_AFTER_BATCHES);
     }
 
     /// `None` when the horizon is fresh; otherwise `Some(from)`, where the next computation's
@@ -219,10 +220,9 @@ impl TrackedHorizon {
             Some(h) if h.exact => FULL_SCAN_EVERY,
             _ => FULL_SCAN_EVERY_INEXACT,
         };
-        let walked_far = self.refresh_after.is_some_and(|rows| self.claimed >= rows);
         if stale(self.full_scan, full_every) {
             Some(ClaimHorizon::everything())
-        } else if stale(self.refreshed, HORIZON_REFRESH) || walked_far {
+        } else if stale(self.refreshed, HORIZON_REFRESH) || self.walked_far {
             Some(self.current.unwrap_or_else(ClaimHorizon::everything))
         } else {
             None
@@ -257,6 +257,7 @@ impl HorizonTracker {
                 state.current = Some(horizon);
                 state.refreshed = Some(now);
                 state.claimed = 0;
+                state.walked_far = false;
                 if from.at.is_none() {
                     state.full_scan = Some(now);
                 }
