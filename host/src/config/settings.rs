@@ -532,11 +532,9 @@ declare_settings! {
         /// Entries handled at once per queue (clamped to 1..=1024). Beyond its handler plugin's
         /// `max_concurrency`, entries wait for a call slot before their time limit starts. The
         /// default keeps a few hundred entries read ahead of the call slots, as a local queue
-        /// does: reads, claims and finish steps then carry several times more entries each, the
-        /// fixed cost of each spread over them (a busy queue of a fast handler: about 15 % more
-        /// events a second for 10 % less host CPU per event than at 64). What it holds is
-        /// bounded by it: at most this many entries per queue, each at most
-        /// `max_payload_bytes`.
+        /// does, so reads, claims and finish steps carry many entries each (figures in
+        /// docs/queues.md). What it holds is bounded by it: at most this many entries per
+        /// queue, each at most `max_payload_bytes`.
         receiver_concurrency: usize {
             env: "OUTBOX_RECEIVER_CONCURRENCY",
             file: receiver_concurrency: usize,
