@@ -108,6 +108,9 @@ impl Dispatcher {
         let mut next_look: Option<Instant> = None;
         // Notified by producers, or polling while claiming fast (see `wake`).
         let mut wake_mode = WakeMode::new();
+        // When the last claim was sent: a polling dispatcher looks again a poll interval after
+        // it, not after the claim's reply.
+        let mut last_claim_sent = Instant::now();
         tracing::info!(worker = %self.worker_id, router = self.router.current().name(), "dispatcher started");
         self.records.set_open(true);
         while !shutdown.is_cancelled() {
@@ -154,11 +157,13 @@ impl Dispatcher {
                     &mut in_flight,
                     &mut next_look,
                     &mut wake_mode,
+                    last_claim_sent,
                     &shutdown,
                 )
                 .await;
                 continue;
             }
+            last_claim_sent = Instant::now();
             let claim = match self.claim().await {
                 Ok(claim) => {
                     if backoff.succeeded() {
@@ -191,6 +196,7 @@ impl Dispatcher {
                     &mut in_flight,
                     &mut next_look,
                     &mut wake_mode,
+                    last_claim_sent,
                     &shutdown,
                 )
                 .await;
@@ -274,10 +280,11 @@ impl Dispatcher {
         in_flight: &mut JoinSet<bool>,
         next_look: &mut Option<Instant>,
         wake_mode: &mut WakeMode,
+        last_claim_sent: Instant,
         shutdown: &CancellationToken,
     ) {
         let at = match (self.follow_claim_rate(wake_mode).await, *next_look) {
-            (Some(poll), _) => Instant::now() + poll,
+            (Some(poll), _) => last_claim_sent + poll,
             (None, Some(at)) if at > Instant::now() => at,
             (None, _) => *next_look.insert(Instant::now() + self.idle_wait().await),
         };
