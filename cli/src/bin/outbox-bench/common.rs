@@ -219,39 +219,55 @@ pub(crate) fn arrival_latencies_ms<'a>(
     lat
 }
 
-/// Read `stream` from its start, on a connection of its own, until `events` entries were read
-/// or `stop` is cancelled: when each event's entry was read, by event id. How the latency
-/// sections time commit -> queue entry.
+/// Read `stream` from its start until `events` entries were read or `stop` is cancelled: when
+/// each event's entry was read, by event id. How the latency sections time commit -> queue
+/// entry.
+///
+/// The reader runs on a thread of its own with a blocking connection of its own, so an entry
+/// is stamped as soon as the reply reaches the process: read from a task of the bench's
+/// runtime, the stamp waited for the producers' tasks, and at 5,000 events/s that wait was
+/// about 3 ms at the median and 12 ms at the 99th percentile of what the figures showed.
 pub(crate) async fn spawn_arrival_reader(
     settings: &Settings,
     stream: String,
     events: usize,
     stop: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<std::collections::HashMap<i64, Instant>>> {
-    let mut reader = redis_connection(settings).await?;
-    Ok(tokio::spawn(async move {
-        let mut seen = std::collections::HashMap::with_capacity(events);
-        let mut last = "0-0".to_string();
-        let opts = redis::streams::StreamReadOptions::default()
-            .block(200)
-            .count(1000);
-        while seen.len() < events && !stop.is_cancelled() {
-            let reply: redis::streams::StreamReadReply =
-                match reader.xread_options(&[&stream], &[&last], &opts).await {
-                    Ok(r) => r,
-                    Err(_) => continue,
-                };
-            let now = Instant::now();
-            for key in reply.keys {
-                for entry in key.ids {
-                    let id = QueueEntry::from_stream(&entry).event_id().unwrap_or(0);
-                    seen.insert(id, now);
-                    last = entry.id;
+    let mut reader = redis::Client::open(settings.redis_url.as_str())
+        .and_then(|client| client.get_connection())
+        .context("connect the stream reader to Redis")?;
+    let (done, seen) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("arrival-reader".into())
+        .spawn(move || {
+            use redis::Commands as _;
+            let mut seen = std::collections::HashMap::with_capacity(events);
+            let mut last = "0-0".to_string();
+            let opts = redis::streams::StreamReadOptions::default()
+                .block(200)
+                .count(1000);
+            while seen.len() < events && !stop.is_cancelled() {
+                let reply: redis::streams::StreamReadReply =
+                    match reader.xread_options(&[&stream], &[&last], &opts) {
+                        Ok(r) => r,
+                        Err(_) => {
+                            std::thread::sleep(Duration::from_millis(10));
+                            continue;
+                        }
+                    };
+                let now = Instant::now();
+                for key in reply.keys {
+                    for entry in key.ids {
+                        let id = QueueEntry::from_stream(&entry).event_id().unwrap_or(0);
+                        seen.insert(id, now);
+                        last = entry.id;
+                    }
                 }
             }
-        }
-        seen
-    }))
+            let _ = done.send(seen);
+        })
+        .context("start the stream reader's thread")?;
+    Ok(tokio::spawn(async move { seen.await.unwrap_or_default() }))
 }
 
 /// The dispatcher's run loop with `router` until every one of `events` is done; events/s.

@@ -251,7 +251,7 @@ async fn latency_timed(
     // The producers' sessions stay open until now: a PostgreSQL process that has exited no
     // longer shows its CPU time.
     let cpu = Cpu::now(host.pid).per_event_since(before, n);
-    producers.pool.close().await;
+    producers.close().await;
     let work = Work::now(pool, &mut redis)
         .await?
         .per_event_since(work_before, n);
@@ -282,7 +282,12 @@ async fn latency_timed(
 /// own, committing one event per transaction on its own clock, staggered. A producer runs one
 /// transaction after another (begin, insert, commit), and on a busy machine one takes more than
 /// the 2 ms that one producer per 500 events/s had, so those fell short of the offered 5,000/s.
+///
+/// They run on a runtime of their own (one thread, their sessions driven by it), apart from the
+/// bench's: a commit is stamped when its reply reaches the producers, not after whatever else
+/// the bench's runtime had queued.
 struct Producers {
+    runtime: Option<tokio::runtime::Runtime>,
     pool: PgPool,
     producers: u32,
     rate: u64,
@@ -295,15 +300,29 @@ impl Producers {
     async fn open(settings: &Settings, rate: u64) -> anyhow::Result<Self> {
         let producers =
             u32::try_from(rate.div_ceil(PRODUCER_RATE).max(1)).context("rate too high")?;
-        let pool = store::connect(&settings.database_url, producers)
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("producers")
+            .enable_all()
+            .build()
+            .context("start the producers' runtime")?;
+        let url = settings.database_url.clone();
+        let pool = runtime
+            .spawn(async move {
+                let pool = store::connect(&url, producers)
+                    .await
+                    .context("connect the producers")?;
+                let mut sessions = Vec::new();
+                for _ in 0..producers {
+                    sessions.push(pool.acquire().await.context("connect a producer")?);
+                }
+                drop(sessions);
+                anyhow::Ok(pool)
+            })
             .await
-            .context("connect the producers")?;
-        let mut sessions = Vec::new();
-        for _ in 0..producers {
-            sessions.push(pool.acquire().await.context("connect a producer")?);
-        }
-        drop(sessions);
+            .context("the producers' setup panicked")??;
         Ok(Self {
+            runtime: Some(runtime),
             pool,
             producers,
             rate,
@@ -314,6 +333,7 @@ impl Producers {
     /// event's id with the instant its commit returned, and the seconds from the first tick to
     /// the last commit.
     async fn commit(&self, events: usize) -> anyhow::Result<(Vec<(i64, Instant)>, f64)> {
+        let runtime = self.runtime.as_ref().context("the producers are closed")?;
         let producers = self.producers;
         let period = Duration::from_nanos(
             1_000_000_000u64.saturating_mul(u64::from(producers)) / self.rate.max(1),
@@ -327,7 +347,7 @@ impl Producers {
             let index = usize::try_from(p)?;
             let count = per_producer + usize::from(index < extra);
             let offset = period / producers * p;
-            tasks.push(tokio::spawn(async move {
+            tasks.push(runtime.spawn(async move {
                 let mut committed: Vec<(i64, Instant)> = Vec::with_capacity(count);
                 let mut tick = tokio::time::interval_at(
                     tokio::time::Instant::from_std(start + offset),
@@ -352,6 +372,24 @@ impl Producers {
             committed.extend(task.await.context("a producer panicked")??);
         }
         Ok((committed, start.elapsed().as_secs_f64()))
+    }
+
+    /// Close every producer's session, then their runtime.
+    async fn close(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            let pool = self.pool.clone();
+            let _ = runtime.spawn(async move { pool.close().await }).await;
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Producers {
+    fn drop(&mut self) {
+        // A runtime may not be dropped from within another's task; this one needs no waiting.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -387,7 +425,7 @@ async fn producers_alone(
     // Read before the producers' sessions close: an exited PostgreSQL process no longer shows
     // its CPU time.
     let postgres = cpu_seconds_of("postgres") - before;
-    producers.pool.close().await;
+    producers.close().await;
     store::withdraw_polling(pool, WORKER)
         .await
         .context("withdraw the polling lease")?;
