@@ -283,8 +283,12 @@ impl Dispatcher {
         last_claim_sent: Instant,
         shutdown: &CancellationToken,
     ) {
-        let at = match (self.follow_claim_rate(wake_mode).await, *next_look) {
-            (Some(poll), _) => last_claim_sent + poll,
+        let at = match (
+            self.follow_claim_rate(wake_mode, last_claim_sent.into_std())
+                .await,
+            *next_look,
+        ) {
+            (Some(look), _) => Instant::from_std(look),
             (None, Some(at)) if at > Instant::now() => at,
             (None, _) => *next_look.insert(Instant::now() + self.idle_wait().await),
         };

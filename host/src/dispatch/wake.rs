@@ -8,8 +8,8 @@
 //! cluster-wide lock from queueing its notification until its commit is flushed), so producers
 //! committing one event per transaction, each notifying, commit one at a time. A busy
 //! dispatcher announces a polling lease (`store::announce_polling`), the insert trigger stops
-//! notifying while one is current, and the dispatcher looks again [`POLL_EVERY`] after it caught
-//! up instead of waiting for a notification. When its rate falls it withdraws the lease and
+//! notifying while one is current, and once it caught up the dispatcher looks again
+//! [`POLL_EVERY`] after its last claim was sent instead of waiting for a notification. When its rate falls it withdraws the lease and
 //! takes one more look shortly after ([`LAST_LOOK_AFTER_POLLING`]), for a row whose producer did
 //! not notify and committed after the last poll.
 //!
@@ -37,7 +37,10 @@ use crate::store;
 /// median (0.86 to 1.73 ms, the timer's granularity included).
 pub(super) const POLL_ABOVE_PER_SECOND: usize = 2000;
 
-/// How soon a polling dispatcher looks again after a claim that caught up.
+/// How soon after sending a claim that caught up a polling dispatcher sends the next one. Counted
+/// from the send, not from the reply: counted from the reply, the claim's round trip came on
+/// top, and at 5,000 events/s, one per transaction, the commit-to-queue median was 2.3-2.5 ms
+/// against 1.7-1.9 ms counted from the send (for 3-5 % more host CPU per event: more claims).
 pub(super) const POLL_EVERY: Duration = Duration::from_millis(1);
 
 /// The polling lease announced to producers, renewed when half of it has passed. A host that
@@ -197,12 +200,17 @@ impl WakeMode {
 impl Dispatcher {
     /// Follow the claim rate before the loop waits: announce (or renew) the polling lease while
     /// busy, withdraw it when not; while notified at a middling rate, look for producers
-    /// waiting for each other's notifications first. The loop then looks again after the
-    /// returned time without waiting for a notification, or `None`: wait as usual
+    /// waiting for each other's notifications first. The loop then looks again at the returned
+    /// instant without waiting for a notification ([`POLL_EVERY`] after `last_claim_sent` while
+    /// polling; [`LAST_LOOK_AFTER_POLLING`] after the lease is withdrawn), or `None`: wait as usual
     /// (notification, due time, poll interval). A failed announcement leaves the dispatcher
     /// notified; a failed withdrawal leaves the lease to run out; a failed look finds nobody
     /// waiting.
-    pub(super) async fn follow_claim_rate(&self, mode: &mut WakeMode) -> Option<Duration> {
+    pub(super) async fn follow_claim_rate(
+        &self,
+        mode: &mut WakeMode,
+        last_claim_sent: Instant,
+    ) -> Option<Instant> {
         let now = Instant::now();
         if mode.should_look(now) {
             let waiting = match store::notify_lock_waiters(&self.pool).await {
@@ -216,7 +224,7 @@ impl Dispatcher {
         }
         match (mode.busy(now), mode.announced) {
             (true, Some(at)) if now.saturating_duration_since(at) < POLLING_LEASE / 2 => {
-                Some(POLL_EVERY)
+                Some(last_claim_sent + POLL_EVERY)
             }
             (true, _) => {
                 match store::announce_polling(&self.pool, &self.worker_id, POLLING_LEASE).await {
@@ -225,7 +233,7 @@ impl Dispatcher {
                             tracing::debug!(worker = %self.worker_id, producers_waited = mode.contended_looks >= CONTENDED_LOOKS, "claiming fast: polling, producers stop notifying");
                         }
                         mode.started_polling(now);
-                        Some(POLL_EVERY)
+                        Some(last_claim_sent + POLL_EVERY)
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot announce polling; waiting for notifications");
@@ -238,7 +246,7 @@ impl Dispatcher {
                 mode.notified();
                 self.withdraw_polling().await;
                 tracing::debug!(worker = %self.worker_id, "claiming slowly: producers notify again");
-                Some(LAST_LOOK_AFTER_POLLING)
+                Some(Instant::now() + LAST_LOOK_AFTER_POLLING)
             }
             (false, None) => None,
         }
