@@ -9,9 +9,10 @@
 //! committing one event per transaction, each notifying, commit one at a time. A busy
 //! dispatcher announces a polling lease (`store::announce_polling`), the insert trigger stops
 //! notifying while one is current, and once it caught up the dispatcher looks again
-//! [`POLL_EVERY`] after its last claim was sent instead of waiting for a notification. When its rate falls it withdraws the lease and
-//! takes one more look shortly after ([`LAST_LOOK_AFTER_POLLING`]), for a row whose producer did
-//! not notify and committed after the last poll.
+//! [`POLL_EVERY`] after its last claim was sent instead of waiting for a notification. When its
+//! rate falls it withdraws the lease and takes one more look shortly after
+//! ([`LAST_LOOK_AFTER_POLLING`]), for a row whose producer did not notify and committed after
+//! the last poll.
 //!
 //! The claim rate alone cannot tell a dispatcher that notifications hold producers back: where
 //! a commit's flush takes long (a slow disk), serialised producers commit fewer events a second
