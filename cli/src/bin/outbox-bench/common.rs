@@ -227,7 +227,7 @@ pub(crate) fn arrival_latencies_ms<'a>(
 /// is stamped as soon as the reply reaches the process: read from a task of the bench's
 /// runtime, the stamp waited for the producers' tasks, and at 5,000 events/s that wait was
 /// about 3 ms at the median and 12 ms at the 99th percentile of what the figures showed.
-pub(crate) async fn spawn_arrival_reader(
+pub(crate) fn spawn_arrival_reader(
     settings: &Settings,
     stream: String,
     events: usize,

@@ -216,7 +216,7 @@ async fn latency_timed(
     let stream =
         QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(BENCH_QUEUE);
     let stop = tokio_util::sync::CancellationToken::new();
-    let reader_task = spawn_arrival_reader(settings, stream, events, stop.clone()).await?;
+    let reader_task = spawn_arrival_reader(settings, stream, events, stop.clone())?;
 
     let producers = Producers::open(settings, rate).await?;
     let mut redis = redis_connection(settings).await?;
@@ -287,7 +287,10 @@ async fn latency_timed(
 /// bench's: a commit is stamped when its reply reaches the producers, not after whatever else
 /// the bench's runtime had queued.
 struct Producers {
-    runtime: Option<tokio::runtime::Runtime>,
+    /// Where their tasks run.
+    runtime: tokio::runtime::Handle,
+    /// The runtime itself, held to be shut down when the producers are dropped.
+    owned_runtime: Option<tokio::runtime::Runtime>,
     pool: PgPool,
     producers: u32,
     rate: u64,
@@ -322,7 +325,8 @@ impl Producers {
             .await
             .context("the producers' setup panicked")??;
         Ok(Self {
-            runtime: Some(runtime),
+            runtime: runtime.handle().clone(),
+            owned_runtime: Some(runtime),
             pool,
             producers,
             rate,
@@ -333,7 +337,6 @@ impl Producers {
     /// event's id with the instant its commit returned, and the seconds from the first tick to
     /// the last commit.
     async fn commit(&self, events: usize) -> anyhow::Result<(Vec<(i64, Instant)>, f64)> {
-        let runtime = self.runtime.as_ref().context("the producers are closed")?;
         let producers = self.producers;
         let period = Duration::from_nanos(
             1_000_000_000u64.saturating_mul(u64::from(producers)) / self.rate.max(1),
@@ -347,7 +350,7 @@ impl Producers {
             let index = usize::try_from(p)?;
             let count = per_producer + usize::from(index < extra);
             let offset = period / producers * p;
-            tasks.push(runtime.spawn(async move {
+            tasks.push(self.runtime.spawn(async move {
                 let mut committed: Vec<(i64, Instant)> = Vec::with_capacity(count);
                 let mut tick = tokio::time::interval_at(
                     tokio::time::Instant::from_std(start + offset),
@@ -374,20 +377,18 @@ impl Producers {
         Ok((committed, start.elapsed().as_secs_f64()))
     }
 
-    /// Close every producer's session, then their runtime.
-    async fn close(mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            let pool = self.pool.clone();
-            let _ = runtime.spawn(async move { pool.close().await }).await;
-            runtime.shutdown_background();
-        }
+    /// Close every producer's session (on their runtime, which drives them), then their
+    /// runtime (on drop).
+    async fn close(self) {
+        let pool = self.pool.clone();
+        let _ = self.runtime.spawn(async move { pool.close().await }).await;
     }
 }
 
 impl Drop for Producers {
     fn drop(&mut self) {
         // A runtime may not be dropped from within another's task; this one needs no waiting.
-        if let Some(runtime) = self.runtime.take() {
+        if let Some(runtime) = self.owned_runtime.take() {
             runtime.shutdown_background();
         }
     }

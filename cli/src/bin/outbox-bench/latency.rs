@@ -78,7 +78,7 @@ async fn latency(
     let stream =
         QueueKeys::for_redis_url(&settings.redis_prefix, &settings.redis_url).stream(LATENCY_QUEUE);
     let reading = CancellationToken::new();
-    let reader_task = spawn_arrival_reader(&settings, stream, count, reading.clone()).await?;
+    let reader_task = spawn_arrival_reader(&settings, stream, count, reading.clone())?;
     // The reader stops with this run, whichever way it ends.
     let _stop_reading = reading.drop_guard();
 
