@@ -190,33 +190,101 @@ pub(crate) async fn redis_connection(
         .context("connect to Redis")
 }
 
-/// Publish `event` in a transaction of its own: its id and the instant its commit returned,
-/// where the latency sections start its clock.
+/// One event committed by [`commit_one`]: its id and the two instants that bound its commit.
+pub(crate) struct Committed {
+    pub(crate) id: i64,
+    /// Just before `COMMIT` was sent: the event was not visible before.
+    pub(crate) sent: Instant,
+    /// When the commit's reply reached the producer, where the latency sections start its clock.
+    pub(crate) acked: Instant,
+}
+
+/// Publish `event` in a transaction of its own.
 pub(crate) async fn commit_one(
     pool: &PgPool,
     event: outbox_host::NewEvent,
-) -> anyhow::Result<(i64, Instant)> {
+) -> anyhow::Result<Committed> {
     let mut tx = pool.begin().await?;
     let id = outbox_host::publish(&mut tx, event).await?;
+    let sent = Instant::now();
     tx.commit().await?;
-    Ok((id, Instant::now()))
+    Ok(Committed {
+        id,
+        sent,
+        acked: Instant::now(),
+    })
 }
 
-/// Commit -> queue entry in ms of each committed event whose entry was read (`seen`, from
-/// [`spawn_arrival_reader`]), sorted ascending; events never read are left out.
-pub(crate) fn arrival_latencies_ms<'a>(
-    committed: impl IntoIterator<Item = (&'a i64, &'a Instant)>,
-    seen: &std::collections::HashMap<i64, Instant>,
-) -> Vec<f64> {
-    let mut lat: Vec<f64> = committed
-        .into_iter()
-        .filter_map(|(id, c)| {
-            seen.get(id)
-                .map(|s| s.saturating_duration_since(*c).as_secs_f64() * 1000.0)
-        })
-        .collect();
-    lat.sort_by(f64::total_cmp);
-    lat
+/// Commit -> queue entry of each committed event whose entry was read (`seen`, from
+/// [`spawn_arrival_reader`]); events never read are left out.
+///
+/// The event became visible between the moment just before its `COMMIT` was sent and the
+/// moment its producer saw the reply, so the entry's read minus each bounds the latency. Each
+/// event counts from the reply (the figures), unless its entry was read before the producer saw
+/// that reply: a producer late to see its replies (its runtime starved on a saturated machine)
+/// stamps the commit after the entry was read, and such an event, counted from the reply,
+/// would be 0 ms. Those count from `COMMIT` sent instead, an upper bound (it includes the
+/// commit itself), and how many there were is kept. Every event counted from `COMMIT` sent
+/// gives the upper bound of the whole run.
+pub(crate) struct ArrivalLatencies {
+    /// Ms from each commit's reply (from `COMMIT` sent when the entry came first), sorted.
+    figures: Vec<f64>,
+    /// Ms from just before each `COMMIT` was sent, sorted ascending.
+    from_sent: Vec<f64>,
+    /// Entries read before the producer saw their commit's reply.
+    pub(crate) read_before_reply: usize,
+}
+
+impl ArrivalLatencies {
+    /// The latencies of `committed` events whose entries are in `seen`.
+    pub(crate) fn new<'a>(
+        committed: impl IntoIterator<Item = &'a Committed>,
+        seen: &std::collections::HashMap<i64, Instant>,
+    ) -> Self {
+        let ms =
+            |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64() * 1000.0;
+        let mut latencies = Self {
+            figures: Vec::new(),
+            from_sent: Vec::new(),
+            read_before_reply: 0,
+        };
+        for commit in committed {
+            if let Some(&read) = seen.get(&commit.id) {
+                let early = read < commit.acked;
+                latencies.read_before_reply += usize::from(early);
+                let from = if early { commit.sent } else { commit.acked };
+                latencies.figures.push(ms(from, read));
+                latencies.from_sent.push(ms(commit.sent, read));
+            }
+        }
+        latencies.figures.sort_by(f64::total_cmp);
+        latencies.from_sent.sort_by(f64::total_cmp);
+        latencies
+    }
+
+    /// Events whose entries were read.
+    pub(crate) fn len(&self) -> usize {
+        self.figures.len()
+    }
+
+    /// The `p` (0 to 1) percentile in ms; 0 with nothing read.
+    pub(crate) fn percentile(&self, p: f64) -> f64 {
+        percentile_of(&self.figures, p)
+    }
+
+    /// The `p` (0 to 1) percentile in ms with every event counted from `COMMIT` sent (an upper
+    /// bound); 0 with nothing read.
+    pub(crate) fn percentile_from_sent(&self, p: f64) -> f64 {
+        percentile_of(&self.from_sent, p)
+    }
+}
+
+/// The `p` (0 to 1) percentile of `sorted`; 0 when it is empty.
+fn percentile_of(sorted: &[f64], p: f64) -> f64 {
+    sorted
+        .get(percentile_index(sorted.len(), p))
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// Read `stream` from its start until `events` entries were read or `stop` is cancelled: when
@@ -455,4 +523,58 @@ pub(crate) fn percentile_index(len: usize, p: f64) -> usize {
 )]
 pub(crate) fn ceil_fraction(n: i64, fraction: f64) -> i64 {
     (numeric::signed_figure(n) * fraction.clamp(0.0, 1.0)).ceil() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event committed at `sent` whose reply the producer saw `reply_ms` later.
+    fn committed(id: i64, sent: Instant, reply_ms: u64) -> Committed {
+        Committed {
+            id,
+            sent,
+            acked: sent + Duration::from_millis(reply_ms),
+        }
+    }
+
+    #[test]
+    fn latencies_count_from_the_commits_reply_while_replies_come_before_the_entries() {
+        let t = Instant::now();
+        let commits: Vec<Committed> = (0..100).map(|id| committed(id, t, 1)).collect();
+        let seen = (0..100)
+            .map(|id| (id, t + Duration::from_millis(3)))
+            .collect();
+        let lat = ArrivalLatencies::new(&commits, &seen);
+        assert_eq!(lat.read_before_reply, 0);
+        assert!((lat.percentile(0.5) - 2.0).abs() < 1e-9);
+        assert!((lat.percentile_from_sent(0.5) - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_entry_read_before_its_commits_reply_counts_from_commit_sent_not_as_zero() {
+        let t = Instant::now();
+        // Half the replies seen 10 ms after COMMIT was sent, every entry read 3 ms after it:
+        // counted from the reply, those would be 0 ms, which says nothing.
+        let commits: Vec<Committed> = (0..100)
+            .map(|id| committed(id, t, if id % 2 == 0 { 10 } else { 1 }))
+            .collect();
+        let seen = (0..100)
+            .map(|id| (id, t + Duration::from_millis(3)))
+            .collect();
+        let lat = ArrivalLatencies::new(&commits, &seen);
+        assert_eq!(lat.read_before_reply, 50);
+        assert!((lat.percentile(0.0) - 2.0).abs() < 1e-9);
+        assert!((lat.percentile(1.0) - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn events_never_read_are_left_out_of_the_latencies() {
+        let t = Instant::now();
+        let commits = vec![committed(1, t, 0), committed(2, t, 0)];
+        let seen = std::iter::once((2, t + Duration::from_millis(5))).collect();
+        let lat = ArrivalLatencies::new(&commits, &seen);
+        assert_eq!(lat.len(), 1);
+        assert!((lat.percentile(0.99) - 5.0).abs() < 1e-9);
+    }
 }

@@ -1,8 +1,7 @@
 //! Latency section: commit-to-enqueue latency at a steady offered load, one event per
 //! transaction, read back from the queue stream the router sends `mail.welcome` to.
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use outbox_host::config::Settings;
@@ -13,7 +12,9 @@ use outbox_host::NewEvent;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{bench_dispatcher, commit_one, prepare, spawn_arrival_reader};
+use crate::common::{
+    bench_dispatcher, commit_one, prepare, spawn_arrival_reader, ArrivalLatencies,
+};
 use crate::report::Report;
 use crate::Args;
 
@@ -82,29 +83,30 @@ async fn latency(
     // The reader stops with this run, whichever way it ends.
     let _stop_reading = reading.drop_guard();
 
-    let mut committed: HashMap<i64, Instant> = HashMap::with_capacity(count);
+    let mut committed = Vec::with_capacity(count);
     let period = Duration::from_nanos(1_000_000_000 / rate.max(1));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     for i in 0..count {
         tick.tick().await;
-        let (id, at) = commit_one(
-            pool,
-            NewEvent::new("mail.welcome", serde_json::json!({"i": i})),
-        )
-        .await?;
-        committed.insert(id, at);
+        committed.push(
+            commit_one(
+                pool,
+                NewEvent::new("mail.welcome", serde_json::json!({"i": i})),
+            )
+            .await?,
+        );
     }
     let seen = tokio::time::timeout(Duration::from_secs(60), reader_task)
         .await
         .context("events did not all reach the queue within 60 s")??;
     shutdown.cancel();
     task.await?;
-    let lat = crate::common::arrival_latencies_ms(&committed, &seen);
-    anyhow::ensure!(
-        !lat.is_empty(),
-        "no published event reached {LATENCY_QUEUE}"
-    );
-    let pct = |p: f64| lat[crate::common::percentile_index(lat.len(), p)];
-    Ok((pct(0.5), pct(0.99), *lat.last().unwrap_or(&0.0)))
+    let lat = ArrivalLatencies::new(&committed, &seen);
+    anyhow::ensure!(lat.len() > 0, "no published event reached {LATENCY_QUEUE}");
+    Ok((
+        lat.percentile(0.5),
+        lat.percentile(0.99),
+        lat.percentile(1.0),
+    ))
 }
