@@ -2,11 +2,12 @@
 //! rate after millions of events went through the table. Events go through the table the way
 //! production sends them: committed in chunks into a running `outbox run --dispatcher-only`
 //! (claim, route, hand-off, record), finished rows left in place (as within the retention
-//! period), no `VACUUM` by the bench (only autovacuum, with the table's own settings). At each
-//! checkpoint (`--deployed-churn`, cumulative events) that host stops and a new one starts on
-//! the same table, and `--deployed-dispatch-events` events are timed through it, against the
-//! same measured first on a freshly created table (also a fresh `outbox run`). Redis is cleared
-//! between chunks: the streams hold nothing the next measurement reads.
+//! period), no `VACUUM` by the bench (only autovacuum where the server runs it, with the table's
+//! own settings; the log says whether it does). At each checkpoint (`--deployed-churn`,
+//! cumulative events) that host stops and a new one starts on the same table, and
+//! `--deployed-dispatch-events` events are timed through it, against the same measured first on
+//! a freshly created table (also a fresh `outbox run`). Redis is cleared between chunks: the
+//! streams hold nothing the next measurement reads.
 
 use std::path::Path;
 
@@ -92,12 +93,16 @@ pub(crate) async fn run(
         return Ok(());
     }
     let n = args.deployed_dispatch_events;
+    let (pool, bench) = fresh_database(settings, database).await?;
+    let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|e| format!("unknown ({e})"));
     report.say(format_args!(
-        "  churn: {n} events through a freshly started `outbox run --dispatcher-only` after {} events went through the table ({CHURN_CHUNK} at a time through one running host, no VACUUM but autovacuum), against a fresh table, best of {} fresh processes each",
+        "  churn: {n} events through a freshly started `outbox run --dispatcher-only` after {} events went through the table ({CHURN_CHUNK} at a time through one running host, no VACUUM by the bench; autovacuum is {autovacuum} on this server), against a fresh table, best of {} fresh processes each",
         checkpoints.iter().map(i64::to_string).collect::<Vec<_>>().join(", "),
         args.rounds.max(1)
     ));
-    let (pool, bench) = fresh_database(settings, database).await?;
     let fresh = match probe(exe, deployment, &bench, &pool, n, args.rounds).await {
         Ok(rate) => rate,
         Err(e) => {
