@@ -192,6 +192,7 @@ pub(crate) async fn redis_connection(
 
 /// One event committed by [`commit_one`]: its id and the two instants that bound its commit.
 pub(crate) struct Committed {
+    /// The event's id.
     pub(crate) id: i64,
     /// Just before `COMMIT` was sent: the event was not visible before.
     pub(crate) sent: Instant,

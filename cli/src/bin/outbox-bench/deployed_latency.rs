@@ -69,8 +69,9 @@ struct LatencyRun {
     p50: f64,
     p99: f64,
     max: f64,
-    /// The same counted from `COMMIT` sent for every event (an upper bound).
+    /// `p50` with every event counted from `COMMIT` sent (an upper bound).
     p50_from_sent: f64,
+    /// `p99` with every event counted from `COMMIT` sent (an upper bound).
     p99_from_sent: f64,
     /// Entries read before their producer saw the commit's reply.
     read_before_reply: usize,
