@@ -539,13 +539,18 @@ mod tests {
         }
     }
 
+    /// Events 0 to 99, each read `ms` after `t`.
+    fn all_read_at(t: Instant, ms: u64) -> std::collections::HashMap<i64, Instant> {
+        (0..100)
+            .map(|id| (id, t + Duration::from_millis(ms)))
+            .collect()
+    }
+
     #[test]
     fn latencies_count_from_the_commits_reply_while_replies_come_before_the_entries() {
         let t = Instant::now();
         let commits: Vec<Committed> = (0..100).map(|id| committed(id, t, 1)).collect();
-        let seen = (0..100)
-            .map(|id| (id, t + Duration::from_millis(3)))
-            .collect();
+        let seen = all_read_at(t, 3);
         let lat = ArrivalLatencies::new(&commits, &seen);
         assert_eq!(lat.read_before_reply, 0);
         assert!((lat.percentile(0.5) - 2.0).abs() < 1e-9);
@@ -560,9 +565,7 @@ mod tests {
         let commits: Vec<Committed> = (0..100)
             .map(|id| committed(id, t, if id % 2 == 0 { 10 } else { 1 }))
             .collect();
-        let seen = (0..100)
-            .map(|id| (id, t + Duration::from_millis(3)))
-            .collect();
+        let seen = all_read_at(t, 3);
         let lat = ArrivalLatencies::new(&commits, &seen);
         assert_eq!(lat.read_before_reply, 50);
         assert!((lat.percentile(0.0) - 2.0).abs() < 1e-9);
