@@ -432,3 +432,72 @@ async fn releasing_stale_hosts_claims_reads_no_event_while_every_host_is_live(po
     assert_eq!(env.status(held).await, ("pending".into(), 0, None));
     env.cleanup().await;
 }
+
+/// The claim loop never waits for a horizon refresh but the first: a due refresh runs on a task
+/// of its own while the claim goes on from the horizon in force (still a valid lower bound),
+/// and the refreshed horizon is in force once that task is done. Here the refresh is held up
+/// by a lock on the table; a claim waiting for it would wait until the lock goes.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_due_horizon_refresh_runs_behind_the_claim_and_never_holds_it_up(pool: PgPool) {
+    let tracker = std::sync::Arc::new(store::HorizonTracker::default());
+    let first = tracker.current_refreshed_behind(&pool).await;
+    assert!(
+        first.at.is_some(),
+        "the first horizon is waited for: {first:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    // A transaction holding the table: the refresh's scan for the oldest live row waits on it.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE outbox_event IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    // Four batches claimed from it: a refresh is due however recent the horizon is.
+    tracker.claimed(400, 100);
+    for _ in 0..3 {
+        let in_force = tokio::time::timeout(
+            Duration::from_secs(5),
+            tracker.current_refreshed_behind(&pool),
+        )
+        .await
+        .expect("the claim waited for a refresh held up by the lock");
+        assert_eq!(
+            in_force, first,
+            "the horizon in force while its refresh is held up"
+        );
+    }
+    let blocked = Instant::now();
+    let waiting = loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks
+             WHERE relation = 'outbox_event'::regclass AND NOT granted",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 || blocked.elapsed() > Duration::from_secs(5) {
+            break waiting;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        waiting, 1,
+        "one refresh runs behind, however many claims found it due"
+    );
+
+    holder.commit().await.unwrap();
+    let released = Instant::now();
+    loop {
+        let in_force = tracker.current_refreshed_behind(&pool).await;
+        if in_force != first {
+            assert!(in_force.at > first.at, "{in_force:?} after {first:?}");
+            break;
+        }
+        assert!(
+            released.elapsed() < Duration::from_secs(10),
+            "the refreshed horizon was not in force 10 s after the lock went"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -354,7 +354,7 @@ impl Dispatcher {
     /// records waiting to ride on it (see [`super::records_on_claim`]; each batch hears how many
     /// of its rows were recorded, or records them itself when the statement failed).
     async fn claim(&self) -> Result<Claim, store::StoreError> {
-        let horizon = self.horizon.current(&self.pool).await;
+        let horizon = self.horizon.current_refreshed_behind(&self.pool).await;
         let mut conn = self
             .statements
             .acquire()

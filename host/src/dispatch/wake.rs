@@ -264,7 +264,7 @@ impl Dispatcher {
     /// lease end), at most the poll interval.
     pub(super) async fn idle_wait(&self) -> Duration {
         let interval = self.settings.dispatch_interval;
-        let horizon = self.horizon.current(&self.pool).await;
+        let horizon = self.horizon.current_refreshed_behind(&self.pool).await;
         match store::time_until_next_due(&self.pool, horizon).await {
             // Due now but not claimable: another host holds it mid-claim. Look again shortly.
             Ok(Some(d)) if d.is_zero() => Duration::from_millis(10).min(interval),

@@ -21,8 +21,11 @@
 //! `available_at` in the past. When the oldest live row alone bounds the horizon, it also names
 //! that row's id ([`ClaimHorizon::from_id`]), so claims inside a burst committed at one instant
 //! start at the burst's first live row. [`HorizonTracker`] keeps one dispatcher's horizon
-//! fresh. This module never locks or writes a row.
+//! fresh; the claim loop never waits for its refresh but the first
+//! ([`HorizonTracker::current_refreshed_behind`]). This module never locks or writes a row.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -185,6 +188,8 @@ pub async fn claim_horizon(pool: &PgPool, from: ClaimHorizon) -> Result<ClaimHor
 #[derive(Debug, Default)]
 pub struct HorizonTracker {
     state: std::sync::Mutex<TrackedHorizon>,
+    /// Set while a refresh started by [`HorizonTracker::current_refreshed_behind`] runs.
+    refreshing: AtomicBool,
 }
 
 /// The horizon in force and when it was computed.
@@ -268,6 +273,34 @@ impl HorizonTracker {
                 current
             }
         }
+    }
+
+    /// The horizon to claim from now, without waiting for its refresh: when one is due, it is
+    /// computed on `pool` by a task of its own (one at a time) while this returns the horizon
+    /// in force, which stays a valid lower bound (see the module comment: no row becomes
+    /// claimable below a horizon once it was computed). Only the first horizon is waited for
+    /// (before it, a claim would read the whole index). The claim loop takes its horizon here:
+    /// a refresh is three statements one after another (about 1.6 ms on a busy 2-core
+    /// machine), and waiting for it before every fourth claim held the claim loop up for a
+    /// tenth of its time at batch 100.
+    pub async fn current_refreshed_behind(self: &Arc<Self>, pool: &PgPool) -> ClaimHorizon {
+        let tracked = *self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(current) = tracked.current else {
+            return self.current(pool).await;
+        };
+        let due = tracked.due(std::time::Instant::now()).is_some();
+        if due && !self.refreshing.swap(true, Ordering::AcqRel) {
+            let tracker = Arc::clone(self);
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                tracker.current(&pool).await;
+                tracker.refreshing.store(false, Ordering::Release);
+            });
+        }
+        current
     }
 
     /// Count `rows` claimed from the current horizon by a claim of up to `batch_size` rows: once
