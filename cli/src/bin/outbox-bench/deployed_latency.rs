@@ -347,8 +347,8 @@ impl Producers {
     }
 
     /// Commit `events` `bench.echo` events at the offered rate, one per transaction: each
-    /// event's id with the instant its commit returned, and the seconds from the first tick to
-    /// the last commit.
+    /// event's [`Committed`] (its id, when `COMMIT` was sent, when its reply came), and the
+    /// seconds from the first tick to the last commit.
     async fn commit(&self, events: usize) -> anyhow::Result<(Vec<Committed>, f64)> {
         let producers = self.producers;
         let period = Duration::from_nanos(
