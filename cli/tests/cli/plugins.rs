@@ -207,6 +207,30 @@ fn cli_plugin_log_lines_are_escaped_and_bounded_per_call() {
 }
 
 #[test]
+fn cli_plugin_log_lines_below_the_log_level_are_neither_logged_nor_counted() {
+    // The same flood at RUST_LOG=warn: its info lines are not the host's to log, so none is
+    // written and none counts against the call's budget (no "budget exceeded" line either).
+    let out = outbox_within(
+        &[
+            "plugins",
+            "call",
+            &repo_path("plugins/dist/test/log-flood.wasm"),
+            "--events",
+            r#"[{"event_type": "mail.welcome"}]"#,
+        ],
+        "warn",
+        std::time::Duration::from_secs(60),
+    )
+    .expect("outbox plugins call finished");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("mail.welcome -> outbox.audit"), "{stdout}");
+    assert!(!stderr.contains(" flood "), "{stderr}");
+    assert!(!stderr.contains("forged"), "{stderr}");
+    assert!(!stderr.contains("log budget exceeded"), "{stderr}");
+}
+
+#[test]
 fn cli_plugins_new_scaffolds_a_crate_and_refuses_to_overwrite() {
     let parent = std::env::temp_dir().join(format!(
         "outbox-cli-new-{}-{}",

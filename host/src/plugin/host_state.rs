@@ -91,8 +91,20 @@ impl WasiView for HostState {
 impl router_world::outbox::plugin::types::Host for HostState {}
 
 impl router_world::outbox::plugin::log::Host for HostState {
+    /// A message at a level the host does not log (its `RUST_LOG`) costs nothing more than its
+    /// copy out of the guest: it is neither escaped nor counted against the call's budget.
     async fn write(&mut self, level: router_world::outbox::plugin::log::Level, message: String) {
         use router_world::outbox::plugin::log::Level;
+        let logged = match level {
+            Level::Trace => tracing::enabled!(target: "outbox::plugin", tracing::Level::TRACE),
+            Level::Debug => tracing::enabled!(target: "outbox::plugin", tracing::Level::DEBUG),
+            Level::Info => tracing::enabled!(target: "outbox::plugin", tracing::Level::INFO),
+            Level::Warn => tracing::enabled!(target: "outbox::plugin", tracing::Level::WARN),
+            Level::Error => tracing::enabled!(target: "outbox::plugin", tracing::Level::ERROR),
+        };
+        if !logged {
+            return;
+        }
         let budget = &mut self.log;
         if budget.messages >= MAX_LOG_MESSAGES_PER_CALL || budget.bytes >= MAX_LOG_BYTES_PER_CALL {
             // Spent: drop without looking at the message.

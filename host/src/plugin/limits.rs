@@ -6,6 +6,7 @@
 //! pooling allocator those pool sizes configure). The engine (`engine.rs`) applies them; nothing
 //! here runs WebAssembly.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -268,8 +269,15 @@ pub(crate) struct LogBudget {
 /// escape sequences), Unicode line/paragraph separators and bidirectional overrides are written
 /// as visible escapes (`\n`, `\u{1b}`), so a message stays on one line and cannot pass for a
 /// host log line; then clipped to [`MAX_LOG_MESSAGE_BYTES`] bytes at a character boundary.
-pub fn sanitize_log_message(message: &str) -> String {
+/// A message that needs neither (printable ASCII within the limit, as most are) is returned as
+/// it is, not copied.
+pub fn sanitize_log_message(message: &str) -> Cow<'_, str> {
     use std::fmt::Write as _;
+    if message.len() <= MAX_LOG_MESSAGE_BYTES
+        && message.bytes().all(|b| (b' '..b'\x7f').contains(&b))
+    {
+        return Cow::Borrowed(message);
+    }
     const CLIPPED: &str = " [clipped]";
     let mut out = String::with_capacity(message.len().min(MAX_LOG_MESSAGE_BYTES) + CLIPPED.len());
     for c in message.chars() {
@@ -291,7 +299,7 @@ pub fn sanitize_log_message(message: &str) -> String {
             break;
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Bytes at the start of each pooled linear memory reset in place (not decommitted) when its
@@ -386,10 +394,20 @@ mod tests {
         );
         assert!(!clean.chars().any(|c| c.is_control()));
         assert_eq!(sanitize_log_message("plain, ünïcödé"), "plain, ünïcödé");
-        let long = sanitize_log_message(&"é".repeat(10_000));
+        // Printable ASCII within the limit is not copied; a DEL (0x7f) is a control character.
+        assert!(matches!(
+            sanitize_log_message("plain {\"a\":1} ~"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(sanitize_log_message("a\x7fb"), "a\\u{7f}b");
+        let at_limit = "x".repeat(MAX_LOG_MESSAGE_BYTES);
+        assert!(matches!(sanitize_log_message(&at_limit), Cow::Borrowed(_)));
+        let over = sanitize_log_message(&"x".repeat(MAX_LOG_MESSAGE_BYTES + 1)).into_owned();
+        assert!(over.ends_with(" [clipped]"));
+        let long = sanitize_log_message(&"é".repeat(10_000)).into_owned();
         assert!(long.len() <= MAX_LOG_MESSAGE_BYTES + " [clipped]".len());
         assert!(long.ends_with(" [clipped]"), "{}", &long[long.len() - 20..]);
-        let escapes = sanitize_log_message(&"\n".repeat(10_000));
+        let escapes = sanitize_log_message(&"\n".repeat(10_000)).into_owned();
         assert!(escapes.len() <= MAX_LOG_MESSAGE_BYTES + " [clipped]".len());
     }
 }
