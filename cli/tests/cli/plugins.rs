@@ -159,8 +159,9 @@ fn cli_plugins_call_cuts_a_sleeping_plugin_at_its_time_limit() {
     );
 }
 
-#[test]
-fn cli_plugin_log_lines_are_escaped_and_bounded_per_call() {
+/// `outbox plugins call` of the log-flood router on one `mail.welcome` event at `rust_log`:
+/// its stdout and stderr, once it succeeded and routed the event to `outbox.audit`.
+fn route_with_the_log_flood_plugin(rust_log: &str) -> (String, String) {
     let out = outbox_within(
         &[
             "plugins",
@@ -169,13 +170,19 @@ fn cli_plugin_log_lines_are_escaped_and_bounded_per_call() {
             "--events",
             r#"[{"event_type": "mail.welcome"}]"#,
         ],
-        "info",
+        rust_log,
         std::time::Duration::from_secs(60),
     )
     .expect("outbox plugins call finished");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("mail.welcome -> outbox.audit"), "{stdout}");
+    (stdout, stderr)
+}
+
+#[test]
+fn cli_plugin_log_lines_are_escaped_and_bounded_per_call() {
+    let (_, stderr) = route_with_the_log_flood_plugin("info");
     // The forged line stays inside the plugin's own line, escaped.
     assert!(
         stderr.contains(
@@ -210,21 +217,7 @@ fn cli_plugin_log_lines_are_escaped_and_bounded_per_call() {
 fn cli_plugin_log_lines_below_the_log_level_are_neither_logged_nor_counted() {
     // The same flood at RUST_LOG=warn: its info lines are not the host's to log, so none is
     // written and none counts against the call's budget (no "budget exceeded" line either).
-    let out = outbox_within(
-        &[
-            "plugins",
-            "call",
-            &repo_path("plugins/dist/test/log-flood.wasm"),
-            "--events",
-            r#"[{"event_type": "mail.welcome"}]"#,
-        ],
-        "warn",
-        std::time::Duration::from_secs(60),
-    )
-    .expect("outbox plugins call finished");
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("mail.welcome -> outbox.audit"), "{stdout}");
+    let (_, stderr) = route_with_the_log_flood_plugin("warn");
     assert!(!stderr.contains(" flood "), "{stderr}");
     assert!(!stderr.contains("forged"), "{stderr}");
     assert!(!stderr.contains("log budget exceeded"), "{stderr}");
