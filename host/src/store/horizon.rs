@@ -293,11 +293,11 @@ impl HorizonTracker {
         };
         let due = tracked.due(std::time::Instant::now()).is_some();
         if due && !self.refreshing.swap(true, Ordering::AcqRel) {
-            let tracker = Arc::clone(self);
+            let refresh = RefreshRunning(Arc::clone(self));
             let pool = pool.clone();
             tokio::spawn(async move {
-                tracker.current(&pool).await;
-                tracker.refreshing.store(false, Ordering::Release);
+                refresh.0.current(&pool).await;
+                drop(refresh);
             });
         }
         current
@@ -311,6 +311,18 @@ impl HorizonTracker {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .count_claimed(rows, batch_size);
+    }
+}
+
+/// The one refresh [`HorizonTracker::current_refreshed_behind`] runs at a time: dropping it
+/// (the refresh finished, panicked, or its task was dropped with the runtime) lets the next one
+/// start. Without it, a refresh that never finished would leave the horizon where it was for
+/// good, and every claim would walk more of the claim index than the last.
+struct RefreshRunning(Arc<HorizonTracker>);
+
+impl Drop for RefreshRunning {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, Ordering::Release);
     }
 }
 
@@ -375,6 +387,38 @@ mod tests {
         }
         assert_eq!(trickle.due(now), None);
         assert_eq!(trickle.due(now + HORIZON_REFRESH), Some(horizon));
+    }
+
+    #[test]
+    fn a_refresh_that_never_finishes_does_not_stop_the_next_one() {
+        // A PostgreSQL that accepts connections and never answers: the refresh hangs until its
+        // task is dropped with the runtime, as a task that panicked unwinds.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("postgres://nobody@{}/none", silent.local_addr().unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let tracker = Arc::new(HorizonTracker::default());
+        tracker.state.lock().unwrap().current = Some(ClaimHorizon::everything());
+        runtime.block_on(async {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .acquire_timeout(Duration::from_secs(600))
+                .connect_lazy(&url)
+                .unwrap();
+            let horizon = tracker.current_refreshed_behind(&pool).await;
+            assert_eq!(horizon, ClaimHorizon::everything(), "the horizon in force");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(
+                tracker.refreshing.load(Ordering::Acquire),
+                "the refresh hangs"
+            );
+        });
+        drop(runtime);
+        assert!(
+            !tracker.refreshing.load(Ordering::Acquire),
+            "the refresh's task is gone: the next claim may start another"
+        );
     }
 
     #[test]
