@@ -51,6 +51,7 @@ mod records_on_claim;
 mod redis_cluster;
 mod reload;
 mod repair;
+mod resp_decoding;
 mod retention;
 mod sink_conformance;
 mod trace_context;
