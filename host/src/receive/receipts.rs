@@ -15,6 +15,7 @@
 //! changes nothing but a `duplicates` count (see `store::receipts`). It never runs a handler,
 //! never touches a queue stream and holds no SQL.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -70,8 +71,9 @@ impl HandlerRun {
     }
 }
 
-/// A receipts stream entry as JSON: short field names, as a queue entry's are kept short.
-#[derive(Debug, Serialize, Deserialize)]
+/// A receipts stream entry as JSON: short field names, as a queue entry's are kept short
+/// (written so; read through [`ReceiptWireRead`]).
+#[derive(Debug, Serialize)]
 #[serde(tag = "k", rename_all = "snake_case")]
 enum ReceiptWire {
     Outcome {
@@ -90,6 +92,38 @@ enum ReceiptWire {
         e: i64,
         h: String,
     },
+}
+
+/// [`ReceiptWire`] as it is read: its kind and every field flat, read in one pass over the JSON
+/// with the texts borrowed where they hold no escape (serde reads an internally tagged enum by
+/// buffering every value first, which cost the writer more than the rest of its decoding).
+/// Which fields a kind needs is checked by [`ReceiptUpdate::decode`].
+#[derive(Deserialize)]
+struct ReceiptWireRead<'a> {
+    k: WireKind,
+    e: i64,
+    #[serde(borrow)]
+    h: Cow<'a, str>,
+    #[serde(borrow, default)]
+    q: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    r: Option<Cow<'a, str>>,
+    #[serde(default)]
+    a: Option<i32>,
+    #[serde(default)]
+    d: Option<f64>,
+    #[serde(default)]
+    p: Vec<i64>,
+    #[serde(default)]
+    x: Option<String>,
+}
+
+/// The tag `k` of a receipts stream entry's JSON.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WireKind {
+    Outcome,
+    Duplicate,
 }
 
 impl ReceiptUpdate {
@@ -120,19 +154,12 @@ impl ReceiptUpdate {
 
     /// The update a receipts stream entry's JSON holds, or why it holds none.
     pub(crate) fn decode(json: &str) -> Result<Self, String> {
-        let wire: ReceiptWire = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        Ok(match wire {
-            ReceiptWire::Outcome {
-                e,
-                h,
-                q,
-                r,
-                a,
-                d,
-                p,
-                x,
-            } => {
-                let result = match r.as_str() {
+        let wire: ReceiptWireRead = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let handler = wire.h.into_owned();
+        Ok(match wire.k {
+            WireKind::Outcome => {
+                let missing = |field: &str| format!("an outcome without {field:?}");
+                let result = match wire.r.as_deref().ok_or_else(|| missing("r"))? {
                     "ok" => "ok",
                     super::outcomes::RESULT_SKIPPED_VERSION => {
                         super::outcomes::RESULT_SKIPPED_VERSION
@@ -142,19 +169,19 @@ impl ReceiptUpdate {
                     other => return Err(format!("unknown result {other:?}")),
                 };
                 ReceiptUpdate::Outcome(Receipt {
-                    event_id: e,
-                    handler: h,
-                    queue: q,
+                    event_id: wire.e,
+                    handler,
+                    queue: wire.q.ok_or_else(|| missing("q"))?.into_owned(),
                     result,
-                    attempts: a,
-                    duration_ms: d,
-                    published: p,
-                    error: x,
+                    attempts: wire.a.ok_or_else(|| missing("a"))?,
+                    duration_ms: wire.d.ok_or_else(|| missing("d"))?,
+                    published: wire.p,
+                    error: wire.x,
                 })
             }
-            ReceiptWire::Duplicate { e, h } => ReceiptUpdate::Duplicate {
-                event_id: e,
-                handler: h,
+            WireKind::Duplicate => ReceiptUpdate::Duplicate {
+                event_id: wire.e,
+                handler,
             },
         })
     }
@@ -577,6 +604,53 @@ mod tests {
         let forged = r#"{"k":"outcome","e":1,"h":"x","q":"q","r":"maybe","a":1,"d":0.0}"#;
         assert!(ReceiptUpdate::decode(forged).unwrap_err().contains("maybe"));
         assert!(ReceiptUpdate::decode("not json").is_err());
+    }
+
+    #[test]
+    fn a_receipt_is_read_with_escapes_and_refused_without_its_fields() {
+        // Texts holding escapes are read as well as plain ones (not borrowed).
+        let escaped = ReceiptUpdate::Outcome(Receipt {
+            handler: "h\"q\u{1b}\u{e9}".into(),
+            queue: "q\n".into(),
+            error: Some("line\nbreak \"quoted\"".into()),
+            ..match outcome("retry", 2, vec![1]) {
+                ReceiptUpdate::Outcome(r) => r,
+                ReceiptUpdate::Duplicate { .. } => unreachable!(),
+            }
+        });
+        assert_eq!(ReceiptUpdate::decode(&escaped.encode()), Ok(escaped));
+        let read = ReceiptUpdate::decode(r#"{"k":"duplicate","e":3,"h":"\u0068\u00e9"}"#);
+        assert_eq!(
+            read,
+            Ok(ReceiptUpdate::Duplicate {
+                event_id: 3,
+                handler: "h\u{e9}".into()
+            })
+        );
+        // An outcome needs each of its fields; the kind must be known.
+        for (json, why) in [
+            (
+                r#"{"k":"outcome","e":1,"h":"x","r":"ok","a":1,"d":0.0}"#,
+                "\"q\"",
+            ),
+            (
+                r#"{"k":"outcome","e":1,"h":"x","q":"q","a":1,"d":0.0}"#,
+                "\"r\"",
+            ),
+            (
+                r#"{"k":"outcome","e":1,"h":"x","q":"q","r":"ok","d":0.0}"#,
+                "\"a\"",
+            ),
+            (
+                r#"{"k":"outcome","e":1,"h":"x","q":"q","r":"ok","a":1,"d":null}"#,
+                "\"d\"",
+            ),
+            (r#"{"k":"other","e":1,"h":"x"}"#, "unknown variant"),
+            (r#"{"k":"duplicate","h":"x"}"#, "missing field `e`"),
+        ] {
+            let error = ReceiptUpdate::decode(json).unwrap_err();
+            assert!(error.contains(why), "{json}: {error}");
+        }
     }
 
     #[test]
