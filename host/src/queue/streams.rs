@@ -7,8 +7,8 @@
 //! per consumer group, in the same call), the trim counts hash's field names ([`trim_field`], put
 //! into the script from here and read back by [`super::backlog`]) and [`Trimmed`], the trim part
 //! of the script's reply. The entry's fields come in as arguments
-//! ([`super::QueueEntry::encode`]); the script names no entry field. It never
-//! trims a stream whose hand-off gives no `max_len`, and performs no I/O: the sink runs the script.
+//! ([`super::QueueEntry::encode`]); the script names no entry field. It never trims a stream
+//! whose hand-off gives no `max_len`, and performs no I/O: the sink runs the script.
 
 use std::sync::LazyLock;
 
@@ -106,14 +106,16 @@ static ENQUEUE: LazyLock<redis::Script> =
 /// exactly once. Per entry it appends first and then sets the marker only if absent, getting
 /// any earlier value in the same command (`SET NX GET`, Redis 7.0 or later); when the marker
 /// existed, the entry just appended is deleted again in the same step. No other client sees it
-/// come and go (a script runs alone), and the common case costs two commands instead of three. KEYS[1] = the stream, KEYS[2] = the queue's trim counts
-/// ([`super::QueueKeys::trimmed`]), KEYS[3..] = one enqueue marker per entry
-/// ([`super::QueueKeys::enqueued_marker`]); ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0:
-/// none), ARGV[3] = trim slack, ARGV[4] = trim limit, then per entry, in the order of its
-/// marker: the number n of its field and value arguments, then those n arguments. Returns one
-/// reply per entry, in order: {1, entry id} when added, {0, entry id} when the marker existed,
-/// {-1, error} when `XADD` or `SET` failed for it (the others go on; nothing of it stays
-/// written: an entry appended before a failed `SET` is deleted again). [`ENQUEUE_BATCH`] entries at most per call.
+/// come and go (a script runs alone), and the common case costs two commands instead of three.
+///
+/// KEYS[1] = the stream, KEYS[2] = the queue's trim counts ([`super::QueueKeys::trimmed`]),
+/// KEYS[3..] = one enqueue marker per entry ([`super::QueueKeys::enqueued_marker`]); ARGV[1] =
+/// marker TTL (s), ARGV[2] = `max_len` (0: none), ARGV[3] = trim slack, ARGV[4] = trim limit,
+/// then per entry, in the order of its marker: the number n of its field and value arguments,
+/// then those n arguments. Returns one reply per entry, in order: {1, entry id} when added, {0,
+/// entry id} when the marker existed, {-1, error} when `XADD` or `SET` failed for it (the others
+/// go on; nothing of it stays written: an entry appended before a failed `SET` is deleted
+/// again). [`ENQUEUE_BATCH`] entries at most per call.
 ///
 /// With a `max_len`, once the stream (after this call's entries) is at least the slack over
 /// it, the oldest entries are trimmed (`XTRIM MAXLEN ~`, at most the limit per call, whole
