@@ -200,7 +200,7 @@ impl RedisTarget {
                 let mut conn =
                     ConnectionManager::new_with_config(client.clone(), redis_manager_config())
                         .await?;
-                refuse_unfit_node(&mut conn).await?;
+                refuse_cluster_node(&mut conn).await?;
                 Ok(RedisConn::Managed(conn))
             }
             RedisTarget::Cluster { client, .. } => Ok(RedisConn::Cluster(
@@ -256,13 +256,8 @@ pub async fn connect_shared(redis_url: &str, redis_prefix: &str) -> redis::Redis
         .await
 }
 
-/// The oldest Redis the host runs on (`major`, `minor`): its enqueue script sets a marker with
-/// `SET ... NX GET`, which Redis 7.0 was the first to take.
-pub const OLDEST_REDIS: (u32, u32) = (7, 0);
-
-/// Refuse a single-node connection whose server is a cluster node, or older than
-/// [`OLDEST_REDIS`] (there every hand-off would fail as the event's own fault).
-async fn refuse_unfit_node(conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+/// Refuse a single-node connection whose server is a cluster node.
+async fn refuse_cluster_node(conn: &mut ConnectionManager) -> redis::RedisResult<()> {
     let info: String = redis::cmd("INFO").arg("cluster").query_async(conn).await?;
     if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
         return Err(redis::RedisError::from((
@@ -271,29 +266,7 @@ async fn refuse_unfit_node(conn: &mut ConnectionManager) -> redis::RedisResult<(
             "use redis+cluster://host:port (any node of the cluster) so that each key goes to the node owning its slot".to_string(),
         )));
     }
-    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    if let Some(version) = too_old_redis(&info) {
-        return Err(redis::RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "Redis is too old",
-            format!(
-                "REDIS_URL names Redis {version}; the host needs {}.{} or later",
-                OLDEST_REDIS.0, OLDEST_REDIS.1
-            ),
-        )));
-    }
     Ok(())
-}
-
-/// The `redis_version` an `INFO server` reply names when it is older than [`OLDEST_REDIS`];
-/// `None` when it is not, or names none the host can read (a proxy may not say).
-fn too_old_redis(info: &str) -> Option<&str> {
-    let version = info
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("redis_version:"))?;
-    let mut parts = version.split('.').map(|n| n.parse::<u32>().ok());
-    let (major, minor) = (parts.next()??, parts.next().flatten().unwrap_or(0));
-    ((major, minor) < OLDEST_REDIS).then_some(version)
 }
 
 /// `url` with every password replaced by `***` (one per node in a list).
@@ -388,18 +361,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    #[test]
-    fn a_redis_older_than_7_0_is_refused_and_one_that_does_not_say_is_not() {
-        let info = |version: &str| format!("# Server\r\nredis_version:{version}\r\nos:Linux\r\n");
-        assert_eq!(too_old_redis(&info("6.2.14")), Some("6.2.14"));
-        assert_eq!(too_old_redis(&info("5.0.7")), Some("5.0.7"));
-        for fit in ["7.0.15", "7.0", "7.2.4", "8.6.0", "10.1.0"] {
-            assert_eq!(too_old_redis(&info(fit)), None, "{fit}");
-        }
-        assert_eq!(too_old_redis("# Server\r\nos:Linux\r\n"), None);
-        assert_eq!(too_old_redis(&info("unknown")), None);
-    }
 
     #[test]
     fn redis_url_accepts_a_cluster_and_a_single_node_stays_the_default() {

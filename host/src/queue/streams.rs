@@ -1,14 +1,13 @@
 //! Streams enqueue: the script the streams sink runs for a queue's hand-offs, beside the keys it
 //! writes (a queue's enqueue markers, its stream and its trim counts), and what its reply says.
 //!
-//! Owns [`enqueue_script`] (per entry `XADD` + a set-if-absent marker, the entry taken back when
-//! the marker existed; up to [`ENQUEUE_BATCH`] entries of one queue in one call, atomic; with a
-//! queue's `max_len`, the trim and the exact count of what it dropped unread or unacknowledged,
-//! per consumer group, in the same call), the trim counts hash's field names ([`trim_field`], put
-//! into the script from here and read back by [`super::backlog`]) and [`Trimmed`], the trim part
-//! of the script's reply. The entry's fields come in as arguments
-//! ([`super::QueueEntry::encode`]); the script names no entry field. It never trims a stream
-//! whose hand-off gives no `max_len`, and performs no I/O: the sink runs the script.
+//! Owns [`enqueue_script`] (per entry a set-if-absent marker + `XADD`, up to [`ENQUEUE_BATCH`]
+//! entries of one queue in one call, atomic; with a queue's `max_len`, the trim and the exact count
+//! of what it dropped unread or unacknowledged, per consumer group, in the same call), the trim
+//! counts hash's field names ([`trim_field`], put into the script from here and read back by
+//! [`super::backlog`]) and [`Trimmed`], the trim part of the script's reply. The entry's fields
+//! come in as arguments ([`super::QueueEntry::encode`]); the script names no entry field. It never
+//! trims a stream whose hand-off gives no `max_len`, and performs no I/O: the sink runs the script.
 
 use std::sync::LazyLock;
 
@@ -32,20 +31,23 @@ for i = 3, #KEYS do
   local n = tonumber(ARGV[at])
   local first, last = at + 1, at + n
   at = last + 1
-  local added = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
-  if type(added) == 'table' and added.err then
-    replies[#replies + 1] = {-1, 'XADD: ' .. added.err}
+  local existing = redis.pcall('GET', KEYS[i])
+  if type(existing) == 'table' and existing.err then
+    replies[#replies + 1] = {-1, 'GET: ' .. existing.err}
+  elseif existing then
+    replies[#replies + 1] = {0, existing}
   else
-    local existing = redis.pcall('SET', KEYS[i], added, 'NX', 'GET', 'EX', ARGV[1])
-    if type(existing) == 'table' and existing.err then
-      redis.call('XDEL', KEYS[1], added)
-      replies[#replies + 1] = {-1, 'SET: ' .. existing.err}
-    elseif existing then
-      redis.call('XDEL', KEYS[1], added)
-      replies[#replies + 1] = {0, existing}
+    local added = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    if type(added) == 'table' and added.err then
+      replies[#replies + 1] = {-1, 'XADD: ' .. added.err}
     else
-      replies[#replies + 1] = {1, added}
-      last_added = #replies
+      local set = redis.pcall('SET', KEYS[i], added, 'EX', ARGV[1])
+      if type(set) == 'table' and set.err then
+        replies[#replies + 1] = {-1, 'SET: ' .. set.err}
+      else
+        replies[#replies + 1] = {1, added}
+        last_added = #replies
+      end
     end
   end
 end
@@ -103,19 +105,14 @@ static ENQUEUE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&enqueue_script_text()));
 
 /// The streams enqueue script: one call hands off several entries of one queue, each one
-/// exactly once. Per entry it appends first and then sets the marker only if absent, getting
-/// any earlier value in the same command (`SET NX GET`, Redis 7.0 or later); when the marker
-/// existed, the entry just appended is deleted again in the same step. No other client sees it
-/// come and go (a script runs alone), and the common case costs two commands instead of three.
-///
-/// KEYS[1] = the stream, KEYS[2] = the queue's trim counts ([`super::QueueKeys::trimmed`]),
-/// KEYS[3..] = one enqueue marker per entry ([`super::QueueKeys::enqueued_marker`]); ARGV[1] =
-/// marker TTL (s), ARGV[2] = `max_len` (0: none), ARGV[3] = trim slack, ARGV[4] = trim limit,
-/// then per entry, in the order of its marker: the number n of its field and value arguments,
-/// then those n arguments. Returns one reply per entry, in order: {1, entry id} when added, {0,
-/// entry id} when the marker existed, {-1, error} when `XADD` or `SET` failed for it (the others
-/// go on; nothing of it stays written: an entry appended before a failed `SET` is deleted
-/// again). [`ENQUEUE_BATCH`] entries at most per call.
+/// exactly once. KEYS[1] = the stream, KEYS[2] = the queue's trim counts
+/// ([`super::QueueKeys::trimmed`]), KEYS[3..] = one enqueue marker per entry
+/// ([`super::QueueKeys::enqueued_marker`]); ARGV[1] = marker TTL (s), ARGV[2] = `max_len` (0:
+/// none), ARGV[3] = trim slack, ARGV[4] = trim limit, then per entry, in the order of its
+/// marker: the number n of its field and value arguments, then those n arguments. Returns one
+/// reply per entry, in order: {1, entry id} when added, {0, entry id} when the marker existed,
+/// {-1, error} when `GET`, `XADD` or `SET` failed for it (the others go on; an `XADD` that
+/// failed wrote nothing). [`ENQUEUE_BATCH`] entries at most per call.
 ///
 /// With a `max_len`, once the stream (after this call's entries) is at least the slack over
 /// it, the oldest entries are trimmed (`XTRIM MAXLEN ~`, at most the limit per call, whole

@@ -1,7 +1,7 @@
 //! Redis Streams sink: hands routed events to Redis Streams, exactly once per (event, queue).
 //!
 //! Owns the Redis side of dispatch into streams: running the enqueue script of
-//! [`crate::queue::streams`] over a queue's hand-offs (per entry `XADD` and a set-if-absent marker,
+//! [`crate::queue::streams`] over a queue's hand-offs (per entry a set-if-absent marker + `XADD`,
 //! up to [`ENQUEUE_BATCH`] entries in one call, atomic; with a queue's `max_len`, the trim and the
 //! exact count of what it dropped unread or unacknowledged, per consumer group, in the same step)
 //! with the trim policy (slack and limit per call), the trim metrics and warnings, and the
