@@ -99,6 +99,33 @@ pub async fn re_enqueue_of_the_same_event_adds_no_second_entry(sink: &impl SinkU
         .filter(|q| dedupes(sink.kind_of(q)))
         .collect();
     assert_holds_exactly_in(&world, sink, &all_items, &ids, &deduping).await;
+    // A stream is left as if the repeats never came: nothing appended and deleted again (a
+    // deleted entry after a consumer group's last delivered id keeps that id behind the
+    // stream's last one for good, and Redis reports the group's lag as unknown).
+    for queue in QUEUES
+        .into_iter()
+        .filter(|q| sink.kind_of(q) == SinkKind::Streams)
+    {
+        let mut conn = world.redis.clone();
+        let info: HashMap<String, redis::Value> = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(world.keys().stream(queue))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let text = |name: &str| redis::from_redis_value::<String>(&info[name]).unwrap();
+        let count = |name: &str| redis::from_redis_value::<u64>(&info[name]).unwrap();
+        assert_eq!(
+            text("max-deleted-entry-id"),
+            "0-0",
+            "{queue}: an entry deleted"
+        );
+        assert_eq!(
+            count("entries-added"),
+            count("length"),
+            "{queue}: entries added"
+        );
+    }
     // RabbitMQ delivers every hand-off: events 1-10 three times, 11 once, every copy under
     // the message id of its (event, queue).
     for queue in QUEUES.into_iter().filter(|q| !dedupes(sink.kind_of(q))) {
