@@ -139,6 +139,11 @@ impl CallSlots {
     pub fn size(&self) -> usize {
         self.size
     }
+
+    /// How many calls hold a slot now (running, or creating their store).
+    pub fn in_use(&self) -> usize {
+        self.size.saturating_sub(self.semaphore.available_permits())
+    }
 }
 
 /// The resource limiter of one call: all linear memories of the store together stay within the

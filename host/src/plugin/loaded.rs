@@ -129,6 +129,12 @@ impl LoadedPlugin {
         self.compiled.prepared.world()
     }
 
+    /// Calls of this plugin name holding one of its `max_concurrency` call slots now; the
+    /// calls beyond them wait for a slot.
+    pub fn calls_running(&self) -> usize {
+        self.slots.in_use()
+    }
+
     /// Count one call, its result and the time it took since `started`.
     pub fn record_call(&self, ok: bool, started: std::time::Instant) {
         self.calls.fetch_add(1, Ordering::Relaxed);
