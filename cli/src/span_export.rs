@@ -3,20 +3,23 @@
 //!
 //! Owns the process's `tracing` subscriber. Log lines are written through
 //! [`LogOutput`](crate::log_output::LogOutput), never straight to stderr, so a closed or full
-//! stderr neither panics nor blocks the host. Without an endpoint it is the log output alone, as
-//! before: the host's spans are at debug level, so the log filter disables them and they cost
-//! nothing. With one, a `tracing-opentelemetry` layer gets the host's spans (`outbox_host` at
-//! debug level and above) and its info, warn and error events, through a batch span processor
-//! (its own thread and HTTP client); `service.name` is `OTEL_SERVICE_NAME` or `outbox`. The
-//! other `OTEL_*` variables of the exporter and the batch processor apply. It never stops the
-//! command: an exporter that cannot be built is reported on stderr and the command runs without
-//! it.
+//! stderr neither panics nor blocks the host; plugins' lines by a formatter of their own that
+//! leaves their messages as the host escaped them (see [`log_lines`]). Without an endpoint it
+//! is the log output alone: the host's spans are at debug level, so the log filter disables
+//! them and they cost nothing. With one, a `tracing-opentelemetry` layer gets the host's spans
+//! (`outbox_host` at debug level and above) and its info, warn and error events, through a
+//! batch span processor (its own thread and HTTP client); `service.name` is
+//! `OTEL_SERVICE_NAME` or `outbox`. The other `OTEL_*` variables of the exporter and the batch
+//! processor apply. It never stops the command: an exporter that cannot be built is reported on
+//! stderr and the command runs without it.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
+use outbox_host::plugin::PLUGIN_LOG_TARGET;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
@@ -62,26 +65,44 @@ pub fn init(logs: LogOutput) -> Option<SpanExport> {
             .inspect_err(|e| errln!("warning: spans are not exported: {e}"))
             .ok()
     });
-    let Some(provider) = provider else {
-        tracing_subscriber::fmt()
-            .with_ansi(ansi)
-            .with_env_filter(log_filter())
-            .with_writer(logs)
-            .init();
-        return None;
-    };
-    let logs = tracing_subscriber::fmt::layer()
+    let spans = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("outbox"))
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.target().starts_with("outbox_host")
+                    && (meta.is_span() || *meta.level() <= tracing::Level::INFO)
+            }))
+    });
+    tracing_subscriber::registry()
+        .with(log_lines(logs, ansi).with_filter(log_filter()))
+        .with(spans)
+        .init();
+    provider.map(|provider| SpanExport { provider })
+}
+
+/// The log lines, one formatter for the host's own lines and one for the plugins' (target
+/// [`PLUGIN_LOG_TARGET`]), alike but for one thing: the formatter's ANSI sanitization, which
+/// writes a message character by character, is off for the plugins' lines, whose messages the
+/// host has escaped already, more strictly (every control character; see
+/// `outbox_host::plugin::limits::sanitize_log_message`). A plugin that logs every event then
+/// costs one copy of its message, not a second pass over it.
+fn log_lines<S>(logs: LogOutput, ansi: bool) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    let is_plugin = |meta: &tracing::Metadata<'_>| meta.target() == PLUGIN_LOG_TARGET;
+    let host = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
-        .with_writer(logs)
-        .with_filter(log_filter());
-    let spans = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("outbox"))
-        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-            meta.target().starts_with("outbox_host")
-                && (meta.is_span() || *meta.level() <= tracing::Level::INFO)
+        .with_writer(logs.clone())
+        .with_filter(tracing_subscriber::filter::filter_fn(move |meta| {
+            !is_plugin(meta)
         }));
-    tracing_subscriber::registry().with(logs).with(spans).init();
-    Some(SpanExport { provider })
+    let plugins = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_ansi_sanitization(false)
+        .with_writer(logs)
+        .with_filter(tracing_subscriber::filter::filter_fn(is_plugin));
+    host.and_then(plugins)
 }
 
 /// Whether an OTLP endpoint is set (to something).

@@ -23,6 +23,7 @@ use super::limits::{
     sanitize_log_message, CallLimiter, LogBudget, PluginLimits, MAX_LOG_BYTES_PER_CALL,
     MAX_LOG_MESSAGES_PER_CALL,
 };
+use super::PLUGIN_LOG_TARGET;
 
 /// Host services a handler plugin may call (`publish`, `kv`, `http`), provided for the delivery
 /// being handled by a receiver or by `outbox plugins call` (their one implementation, in
@@ -96,11 +97,11 @@ impl router_world::outbox::plugin::log::Host for HostState {
     async fn write(&mut self, level: router_world::outbox::plugin::log::Level, message: String) {
         use router_world::outbox::plugin::log::Level;
         let logged = match level {
-            Level::Trace => tracing::enabled!(target: "outbox::plugin", tracing::Level::TRACE),
-            Level::Debug => tracing::enabled!(target: "outbox::plugin", tracing::Level::DEBUG),
-            Level::Info => tracing::enabled!(target: "outbox::plugin", tracing::Level::INFO),
-            Level::Warn => tracing::enabled!(target: "outbox::plugin", tracing::Level::WARN),
-            Level::Error => tracing::enabled!(target: "outbox::plugin", tracing::Level::ERROR),
+            Level::Trace => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::TRACE),
+            Level::Debug => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::DEBUG),
+            Level::Info => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::INFO),
+            Level::Warn => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::WARN),
+            Level::Error => tracing::enabled!(target: PLUGIN_LOG_TARGET, tracing::Level::ERROR),
         };
         if !logged {
             return;
@@ -121,11 +122,11 @@ impl router_world::outbox::plugin::log::Host for HostState {
         budget.bytes += message.len();
         let plugin = &*self.plugin;
         match level {
-            Level::Trace => tracing::trace!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Debug => tracing::debug!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Info => tracing::info!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Warn => tracing::warn!(target: "outbox::plugin", plugin, "{message}"),
-            Level::Error => tracing::error!(target: "outbox::plugin", plugin, "{message}"),
+            Level::Trace => tracing::trace!(target: PLUGIN_LOG_TARGET, plugin, "{message}"),
+            Level::Debug => tracing::debug!(target: PLUGIN_LOG_TARGET, plugin, "{message}"),
+            Level::Info => tracing::info!(target: PLUGIN_LOG_TARGET, plugin, "{message}"),
+            Level::Warn => tracing::warn!(target: PLUGIN_LOG_TARGET, plugin, "{message}"),
+            Level::Error => tracing::error!(target: PLUGIN_LOG_TARGET, plugin, "{message}"),
         }
     }
 }
@@ -212,7 +213,7 @@ pub(super) fn report_dropped_logs(plugin: &str, log: &LogBudget) {
         metrics::counter!("outbox_plugin_log_dropped_total", "plugin" => plugin.to_string())
             .increment(log.dropped as u64);
         tracing::warn!(
-            target: "outbox::plugin",
+            target: PLUGIN_LOG_TARGET,
             plugin,
             dropped = log.dropped,
             "log budget exceeded: {} messages of this call dropped (budget: {MAX_LOG_MESSAGES_PER_CALL} messages, {MAX_LOG_BYTES_PER_CALL} bytes per call)",

@@ -39,6 +39,13 @@ pub use registry::{PluginInfo, PluginRegistry, StagedPlugins};
 /// the previous one ([`legacy::PREVIOUS_WIT_VERSION`]) are loaded too.
 pub const WIT_VERSION: &str = "0.2.0";
 
+/// The `tracing` target of the lines a plugin logs through the host (`outbox:plugin/log`), and
+/// of the line that says a call's log budget ran out. Every plugin message is escaped by the
+/// host before it is logged ([`limits::sanitize_log_message`]: every control character, line
+/// separators and bidirectional overrides), which is more than a log formatter's own ANSI
+/// sanitization escapes; so a formatter may write this target's messages as they are.
+pub const PLUGIN_LOG_TARGET: &str = "outbox::plugin";
+
 /// A plugin could not be loaded or a call failed. Messages name the plugin and say what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
