@@ -517,3 +517,53 @@ async fn a_plugin_bound_where_its_world_does_not_fit_is_rejected_at_load(pool: P
     assert!(err.contains("[policy] plugin = 'sleepy-handler'"), "{err}");
     env.cleanup().await;
 }
+
+/// An edit of `routes.toml` applies while a file beside it (a log the host writes there, say) is
+/// written every few milliseconds: the watcher keeps only the files the host reads, so the
+/// other file's events neither hold the edit back nor queue any work of their own.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_routes_edit_applies_while_a_file_beside_it_is_written_continuously(pool: PgPool) {
+    let env = TestEnv::new(pool).await;
+    let fixture = PluginFixture::new(&["prefix-router"], &router_routes(""));
+    let live = LiveConfig::start(&fixture.config(&env.settings))
+        .await
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let watcher = live.clone().watch(shutdown.clone()).unwrap();
+
+    let writing = Arc::new(AtomicBool::new(true));
+    let lines = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let log = fixture.dir.path().join("outbox.log");
+        let (writing, lines) = (writing.clone(), lines.clone());
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut file = std::fs::File::create(log).unwrap();
+            while writing.load(Ordering::Relaxed) {
+                writeln!(file, "INFO outbox::plugin: a line").unwrap();
+                lines.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let edited =
+        router_routes("").replacen("[routes]\n", "[routes]\n\"late.\" = \"outbox.late\"\n", 1);
+    fixture.replace("routes.toml", edited.as_bytes());
+    wait_for(
+        "the routes edit beside a file written every 2 ms",
+        Duration::from_secs(5),
+        async || live.routes.load().routes.contains_key("late."),
+    )
+    .await;
+    writing.store(false, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(
+        lines.load(Ordering::Relaxed) > 100,
+        "the file beside routes.toml was written throughout"
+    );
+    shutdown.cancel();
+    watcher.await.unwrap();
+    env.cleanup().await;
+}

@@ -2,6 +2,11 @@
 //! what changed to the [`LiveConfig`].
 //!
 //! Owns the `notify` watcher and its debounce (editors write temp files, rename, write twice).
+//! Only the paths the host reads are kept ([`WatchedPaths`]): `routes.toml` shares its
+//! directory with whatever else lives there (a log file written on every event, say), and each
+//! event of another file is dropped where the watcher reports it, before anything is queued,
+//! timed or allocated for it. The kept paths settle for [`DEBOUNCE`] (no kept event for that
+//! long), then are handled together.
 //! A changed `routes.toml` goes to [`LiveConfig::reload_routes`]. The contracts folder is
 //! watched through its parent directory too, so that creating, deleting or replacing the folder
 //! while the host runs is seen: each time the folder itself appears, disappears or is renamed,
@@ -19,11 +24,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use notify::RecursiveMode;
-use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, FileIdCache};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio_util::sync::CancellationToken;
 
-/// How long a burst of file events settles before a reload.
+/// How long a burst of file events settles before a reload: the paths kept are handled once
+/// none has been kept for this long.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
 
 use super::LiveConfig;
@@ -34,61 +39,72 @@ impl LiveConfig {
         self,
         shutdown: CancellationToken,
     ) -> Result<tokio::task::JoinHandle<()>, notify::Error> {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
-        let mut debouncer =
-            new_debouncer(
-                DEBOUNCE,
-                None,
-                move |result: DebounceEventResult| match result {
-                    Ok(events) => {
-                        let paths: Vec<PathBuf> = events
-                            .into_iter()
-                            .filter(|e| !e.kind.is_access())
-                            .flat_map(|e| e.event.paths)
-                            .collect();
-                        if !paths.is_empty() {
-                            let _ = tx.send(paths);
-                        }
-                    }
-                    Err(errors) => {
-                        for e in errors {
-                            tracing::warn!(error = %e, "file watcher error");
-                        }
-                    }
-                },
-            )?;
         let plugin_dir = self.registry.dir().to_path_buf();
-        if plugin_dir.is_dir() {
-            debouncer.watch(&plugin_dir, RecursiveMode::NonRecursive)?;
-        } else {
-            tracing::warn!(dir = %plugin_dir.display(), "plugin directory does not exist; plugin files are not watched");
-        }
         let routes_file = self
             .routes_path
             .clone()
             .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+        let mut contracts = self.contracts.dir().and_then(ContractsWatch::new);
+        let watched = WatchedPaths {
+            routes_file: routes_file.clone(),
+            plugin_dir: plugin_dir.clone(),
+            contracts_dir: contracts.as_ref().map(|w| w.dir.clone()),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
+        let mut watcher = notify::recommended_watcher(
+            move |result: notify::Result<notify::Event>| match result {
+                Ok(event) if !event.kind.is_access() => {
+                    let kept: Vec<PathBuf> = event
+                        .paths
+                        .into_iter()
+                        .filter(|path| watched.reads(path))
+                        .collect();
+                    if !kept.is_empty() {
+                        let _ = tx.send(kept);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "file watcher error"),
+            },
+        )?;
+        if plugin_dir.is_dir() {
+            watcher.watch(&plugin_dir, RecursiveMode::NonRecursive)?;
+        } else {
+            tracing::warn!(dir = %plugin_dir.display(), "plugin directory does not exist; plugin files are not watched");
+        }
         if let Some(file) = &routes_file {
             // Watch the directory: editors replace the file by renaming a temp file over it.
             let dir = file
                 .parent()
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| PathBuf::from("."));
-            debouncer.watch(&dir, RecursiveMode::NonRecursive)?;
+            watcher.watch(&dir, RecursiveMode::NonRecursive)?;
         }
-        let mut contracts = self.contracts.dir().and_then(ContractsWatch::new);
         if let Some(watch) = &mut contracts {
-            debouncer.watch(&watch.parent, RecursiveMode::NonRecursive)?;
-            watch.rearm(&mut debouncer);
+            watcher.watch(&watch.parent, RecursiveMode::NonRecursive)?;
+            watch.rearm(&mut watcher);
         }
         let contracts_dir = contracts.as_ref().map(|w| w.dir.clone());
         tracing::info!(plugins = %plugin_dir.display(), routes = ?routes_file, contracts = ?contracts_dir, "watching for plugin, routes and contracts changes");
         Ok(tokio::spawn(async move {
-            let mut debouncer = debouncer;
+            let mut watcher = watcher;
             loop {
-                let paths = tokio::select! {
+                let mut paths = tokio::select! {
                     _ = shutdown.cancelled() => return,
                     paths = rx.recv() => match paths { Some(p) => p, None => return },
                 };
+                // Let the burst settle: an editor's temp file, rename and second write, or a
+                // plugin file copied in pieces, are one change.
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        more = rx.recv() => match more {
+                            Some(more) => paths.extend(more),
+                            None => return,
+                        },
+                        () = tokio::time::sleep(DEBOUNCE) => break,
+                    }
+                }
                 let mut routes_changed = false;
                 let mut contracts_changed = false;
                 let mut contracts_folder_changed = false;
@@ -114,7 +130,7 @@ impl LiveConfig {
                     // Watch the new folder before reading it: a file written meanwhile is
                     // either read now or seen by the watch.
                     if let Some(watch) = &mut contracts {
-                        watch.rearm(&mut debouncer);
+                        watch.rearm(&mut watcher);
                     }
                 }
                 if contracts_changed {
@@ -168,14 +184,14 @@ impl ContractsWatch {
 
     /// Watch the folder itself if it exists now, and stop watching what it was before (a folder
     /// deleted, or replaced by renaming another over it).
-    fn rearm<T: notify::Watcher, C: FileIdCache>(&mut self, debouncer: &mut Debouncer<T, C>) {
+    fn rearm(&mut self, watcher: &mut RecommendedWatcher) {
         if self.armed {
             // Gone already when the folder was deleted: nothing to undo then.
-            let _ = debouncer.unwatch(&self.dir);
+            let _ = watcher.unwatch(&self.dir);
             self.armed = false;
         }
         if self.dir.is_dir() {
-            match debouncer.watch(&self.dir, RecursiveMode::NonRecursive) {
+            match watcher.watch(&self.dir, RecursiveMode::NonRecursive) {
                 Ok(()) => self.armed = true,
                 Err(e) => {
                     tracing::warn!(dir = %self.dir.display(), error = %e, "cannot watch the contracts folder; its files' changes are not seen")
@@ -193,5 +209,81 @@ impl ContractsWatch {
     fn holds_contract(&self, path: &Path) -> bool {
         path.parent() == Some(self.dir.as_path())
             && path.extension().is_some_and(|e| e == "toml" || e == "json")
+    }
+}
+
+/// The paths the host reads, which decide what the watcher keeps: `routes.toml`, a `.wasm` in
+/// the plugin directory, the contracts folder itself and a `.toml` or `.json` file in it. The
+/// watched directories report every other file in them too; those events are dropped.
+struct WatchedPaths {
+    /// `routes.toml`, canonical (`None`: started without one).
+    routes_file: Option<PathBuf>,
+    /// The plugin directory as it is watched (the paths of its events start with it).
+    plugin_dir: PathBuf,
+    /// The contracts folder as [`ContractsWatch::dir`] names it.
+    contracts_dir: Option<PathBuf>,
+}
+
+impl WatchedPaths {
+    /// Whether an event at `path` may change what the host reads.
+    fn reads(&self, path: &Path) -> bool {
+        let parent = path.parent();
+        let extension = path.extension();
+        let is_routes = self
+            .routes_file
+            .as_ref()
+            .is_some_and(|f| path.file_name() == f.file_name() && parent == f.parent());
+        let is_plugin = extension.is_some_and(|e| e == "wasm") && parent == Some(&*self.plugin_dir);
+        let is_contracts = self.contracts_dir.as_ref().is_some_and(|dir| {
+            path == dir
+                || (parent == Some(dir.as_path())
+                    && extension.is_some_and(|e| e == "toml" || e == "json"))
+        });
+        is_routes || is_plugin || is_contracts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::WatchedPaths;
+
+    fn watched() -> WatchedPaths {
+        WatchedPaths {
+            routes_file: Some(PathBuf::from("/etc/outbox/routes.toml")),
+            plugin_dir: PathBuf::from("plugins"),
+            contracts_dir: Some(PathBuf::from("/etc/outbox/contracts")),
+        }
+    }
+
+    #[test]
+    fn the_watcher_keeps_only_the_files_the_host_reads() {
+        let watched = watched();
+        for kept in [
+            "/etc/outbox/routes.toml",
+            "plugins/mailer.wasm",
+            "/etc/outbox/contracts",
+            "/etc/outbox/contracts/mail.welcome.toml",
+            "/etc/outbox/contracts/mail.welcome.json",
+        ] {
+            assert!(watched.reads(Path::new(kept)), "{kept} is read by the host");
+        }
+        for dropped in [
+            "/etc/outbox/outbox.log",
+            "/etc/outbox/.routes.toml.swp",
+            "/etc/outbox/routes.toml~",
+            "/etc/outbox/stray.wasm",
+            "plugins/notes.txt",
+            "plugins/nested/mailer.wasm",
+            "/etc/outbox/contracts/README.md",
+            "/etc/outbox/contracts/old/mail.welcome.toml",
+            "/etc/outbox/contracts.toml",
+        ] {
+            assert!(
+                !watched.reads(Path::new(dropped)),
+                "{dropped} is not read by the host"
+            );
+        }
     }
 }
