@@ -50,6 +50,7 @@ impl LiveConfig {
             plugin_dir: plugin_dir.clone(),
             contracts_dir: contracts.as_ref().map(|w| w.dir.clone()),
         };
+        let kept_by_watcher = watched.clone();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
         let mut watcher = notify::recommended_watcher(
             move |result: notify::Result<notify::Event>| match result {
@@ -57,7 +58,7 @@ impl LiveConfig {
                     let kept: Vec<PathBuf> = event
                         .paths
                         .into_iter()
-                        .filter(|path| watched.reads(path))
+                        .filter(|path| kept_by_watcher.what(path).is_some())
                         .collect();
                     if !kept.is_empty() {
                         let _ = tx.send(kept);
@@ -110,20 +111,17 @@ impl LiveConfig {
                 let mut contracts_folder_changed = false;
                 let mut wasm: Vec<PathBuf> = Vec::new();
                 for path in paths {
-                    if routes_file.as_ref().is_some_and(|f| {
-                        path.file_name() == f.file_name() && path.parent() == f.parent()
-                    }) {
-                        routes_changed = true;
-                    } else if contracts.as_ref().is_some_and(|w| w.is_folder(&path)) {
-                        contracts_folder_changed = true;
-                        contracts_changed = true;
-                    } else if contracts.as_ref().is_some_and(|w| w.holds_contract(&path)) {
-                        contracts_changed = true;
-                    } else if path.extension().is_some_and(|e| e == "wasm")
-                        && path.exists()
-                        && !wasm.contains(&path)
-                    {
-                        wasm.push(path);
+                    match watched.what(&path) {
+                        Some(Watched::Routes) => routes_changed = true,
+                        Some(Watched::ContractsFolder) => {
+                            contracts_folder_changed = true;
+                            contracts_changed = true;
+                        }
+                        Some(Watched::Contract) => contracts_changed = true,
+                        Some(Watched::Plugin) if path.exists() && !wasm.contains(&path) => {
+                            wasm.push(path);
+                        }
+                        Some(Watched::Plugin) | None => {}
                     }
                 }
                 if contracts_folder_changed {
@@ -199,22 +197,11 @@ impl ContractsWatch {
             }
         }
     }
-
-    /// Whether `path` is the folder itself (created, deleted, renamed).
-    fn is_folder(&self, path: &Path) -> bool {
-        path == self.dir
-    }
-
-    /// Whether `path` is a contract file of the folder (`.toml` or `.json`).
-    fn holds_contract(&self, path: &Path) -> bool {
-        path.parent() == Some(self.dir.as_path())
-            && path.extension().is_some_and(|e| e == "toml" || e == "json")
-    }
 }
 
-/// The paths the host reads, which decide what the watcher keeps: `routes.toml`, a `.wasm` in
-/// the plugin directory, the contracts folder itself and a `.toml` or `.json` file in it. The
-/// watched directories report every other file in them too; those events are dropped.
+/// The paths the host reads, which decide what the watcher keeps and what a kept path
+/// changes. The watched directories report every other file in them too; those are dropped.
+#[derive(Clone)]
 struct WatchedPaths {
     /// `routes.toml`, canonical (`None`: started without one).
     routes_file: Option<PathBuf>,
@@ -224,22 +211,42 @@ struct WatchedPaths {
     contracts_dir: Option<PathBuf>,
 }
 
+/// What a kept path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    /// `routes.toml`.
+    Routes,
+    /// A `.wasm` in the plugin directory.
+    Plugin,
+    /// The contracts folder itself (created, deleted, renamed).
+    ContractsFolder,
+    /// A `.toml` or `.json` file in the contracts folder.
+    Contract,
+}
+
 impl WatchedPaths {
-    /// Whether an event at `path` may change what the host reads.
-    fn reads(&self, path: &Path) -> bool {
+    /// What an event at `path` may change of what the host reads; `None` for anything else.
+    fn what(&self, path: &Path) -> Option<Watched> {
         let parent = path.parent();
         let extension = path.extension();
-        let is_routes = self
+        if self
             .routes_file
             .as_ref()
-            .is_some_and(|f| path.file_name() == f.file_name() && parent == f.parent());
-        let is_plugin = extension.is_some_and(|e| e == "wasm") && parent == Some(&*self.plugin_dir);
-        let is_contracts = self.contracts_dir.as_ref().is_some_and(|dir| {
-            path == dir
-                || (parent == Some(dir.as_path())
-                    && extension.is_some_and(|e| e == "toml" || e == "json"))
-        });
-        is_routes || is_plugin || is_contracts
+            .is_some_and(|f| path.file_name() == f.file_name() && parent == f.parent())
+        {
+            Some(Watched::Routes)
+        } else if self.contracts_dir.as_deref() == Some(path) {
+            Some(Watched::ContractsFolder)
+        } else if self.contracts_dir.is_some()
+            && parent == self.contracts_dir.as_deref()
+            && extension.is_some_and(|e| e == "toml" || e == "json")
+        {
+            Some(Watched::Contract)
+        } else if extension.is_some_and(|e| e == "wasm") && parent == Some(&*self.plugin_dir) {
+            Some(Watched::Plugin)
+        } else {
+            None
+        }
     }
 }
 
@@ -247,7 +254,7 @@ impl WatchedPaths {
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use super::WatchedPaths;
+    use super::{Watched, WatchedPaths};
 
     fn watched() -> WatchedPaths {
         WatchedPaths {
@@ -260,14 +267,18 @@ mod tests {
     #[test]
     fn the_watcher_keeps_only_the_files_the_host_reads() {
         let watched = watched();
-        for kept in [
-            "/etc/outbox/routes.toml",
-            "plugins/mailer.wasm",
-            "/etc/outbox/contracts",
-            "/etc/outbox/contracts/mail.welcome.toml",
-            "/etc/outbox/contracts/mail.welcome.json",
+        for (kept, what) in [
+            ("/etc/outbox/routes.toml", Watched::Routes),
+            ("plugins/mailer.wasm", Watched::Plugin),
+            ("/etc/outbox/contracts", Watched::ContractsFolder),
+            ("/etc/outbox/contracts/mail.welcome.toml", Watched::Contract),
+            ("/etc/outbox/contracts/mail.welcome.json", Watched::Contract),
         ] {
-            assert!(watched.reads(Path::new(kept)), "{kept} is read by the host");
+            assert_eq!(
+                watched.what(Path::new(kept)),
+                Some(what),
+                "{kept} is read by the host"
+            );
         }
         for dropped in [
             "/etc/outbox/outbox.log",
@@ -280,8 +291,9 @@ mod tests {
             "/etc/outbox/contracts/old/mail.welcome.toml",
             "/etc/outbox/contracts.toml",
         ] {
-            assert!(
-                !watched.reads(Path::new(dropped)),
+            assert_eq!(
+                watched.what(Path::new(dropped)),
+                None,
                 "{dropped} is not read by the host"
             );
         }
